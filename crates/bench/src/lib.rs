@@ -1,0 +1,1 @@
+//! Peregrine bench crate: see docs/architecture.md. Empty until its issue lands.

@@ -1,0 +1,1 @@
+//! Peregrine engine crate: see docs/architecture.md. Empty until its issue lands.
