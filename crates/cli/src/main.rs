@@ -1,1 +1,90 @@
-fn main() {}
+//! `peregrine`: the command-line front of the server, the generator and the benchmarks.
+
+mod generate;
+mod inspect;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use peregrine_compute::quant::WeightFormat;
+use peregrine_model::load::LoadFormat;
+
+/// The default model: SmolLM2-135M-Instruct, fetched by scripts/fetch_default_model.sh.
+pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Parser)]
+#[command(name = "peregrine", version, about = "Peregrine: a fast, dependable LLM inference server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt or chat messages, streaming to stdout.
+    Generate(generate::GenerateArgs),
+    /// Inspect models.
+    Model {
+        #[command(subcommand)]
+        command: ModelCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Print architecture, sizes, quantization mix, tokenizer and chat template.
+    Inspect(inspect::InspectArgs),
+}
+
+/// Where the model comes from; shared by every command that loads one.
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// A .gguf file, a Hugging Face model directory, or a hub id (org/name[@revision]).
+    #[arg(long, short = 'm', default_value = DEFAULT_MODEL, env = "PEREGRINE_MODEL")]
+    pub model: String,
+    /// `auto` reads the weights; `dummy` makes random weights from the config alone.
+    #[arg(long, value_enum, default_value_t = LoadFormatArg::Auto)]
+    pub load_format: LoadFormatArg,
+    /// Storage of dummy weights.
+    #[arg(long, value_enum, default_value_t = DummyDtype::Bf16)]
+    pub dummy_dtype: DummyDtype,
+    /// CPU threads (0: one per core).
+    #[arg(long, default_value_t = 0, env = "PEREGRINE_THREADS")]
+    pub threads: usize,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum LoadFormatArg {
+    Auto,
+    Dummy,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum DummyDtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl ModelArgs {
+    pub fn load_format(&self) -> LoadFormat {
+        match self.load_format {
+            LoadFormatArg::Auto => LoadFormat::Auto,
+            LoadFormatArg::Dummy => LoadFormat::Dummy(match self.dummy_dtype {
+                DummyDtype::F32 => WeightFormat::F32,
+                DummyDtype::F16 => WeightFormat::F16,
+                DummyDtype::Bf16 => WeightFormat::BF16,
+            }),
+        }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(args) => generate::run(args),
+        Command::Model { command: ModelCommand::Inspect(args) } => inspect::run(args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

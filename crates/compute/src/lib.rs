@@ -1,4 +1,5 @@
 //! The device layer: weight formats, the CPU kernels and (with feature `cuda`) the GPU.
 //! `compute` knows nothing of tokens or models; see docs/architecture.md.
 
+pub mod cpu;
 pub mod quant;

@@ -1,1 +1,4 @@
-//! Peregrine engine crate: see docs/architecture.md. Empty until its issue lands.
+//! The engine: requests, sampling, and (from the engine issue on) the scheduler,
+//! paged KV cache and engine loop. See docs/architecture.md.
+
+pub mod sampler;

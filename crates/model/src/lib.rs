@@ -1,6 +1,16 @@
 //! Models: weights (GGUF, safetensors, dummy), configs, tokenizer, chat template,
 //! and the architectures' forward passes. See docs/architecture.md.
 
+pub mod config;
+mod error;
 pub mod gguf;
+pub mod kv_cache;
+pub mod llama;
+pub mod load;
+pub mod source;
 pub mod storage;
 pub mod testing;
+pub mod tokenizer;
+pub mod weights;
+
+pub use error::ModelError;

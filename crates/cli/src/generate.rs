@@ -1,0 +1,165 @@
+//! `peregrine generate`: one prompt (or chat), streamed to stdout, speeds at the end.
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use peregrine_compute::cpu::Cpu;
+use peregrine_engine::sampler::{Sampler, SamplingParams};
+use peregrine_model::llama::Batch;
+use peregrine_model::load::Model;
+use serde_json::{json, Value};
+
+use crate::ModelArgs;
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt (raw text, or the user message with --chat).
+    #[arg(long, short = 'p')]
+    pub prompt: Option<String>,
+    /// Wrap --prompt in the model's chat template as a user message.
+    #[arg(long)]
+    pub chat: bool,
+    /// System message for --chat.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Chat messages as JSON ([{"role": "user", "content": "…"}]) or @file.json.
+    #[arg(long, conflicts_with = "prompt")]
+    pub messages: Option<String>,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+}
+
+pub fn run(args: GenerateArgs) -> Result<()> {
+    let params = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        seed: args.seed,
+    };
+    if let Err(e) = params.validate() {
+        bail!("{e}");
+    }
+    let t_load = Instant::now();
+    let model = Model::load(&args.model.model, args.model.load_format())
+        .with_context(|| format!("loading model {}", args.model.model))?;
+    let cpu = Cpu::new(args.model.threads);
+    let tokenizer = model.tokenizer()?;
+    eprintln!(
+        "loaded {} ({}, {} layers) in {:.2}s; {} threads",
+        model.source.path().display(),
+        model.config.architecture.name(),
+        model.config.num_layers,
+        t_load.elapsed().as_secs_f64(),
+        cpu.threads()
+    );
+
+    let prompt_ids = if let Some(messages) = chat_messages(&args)? {
+        let template = tokenizer.chat_template().context("this model has no chat template; use --prompt without --chat")?;
+        let text = template.render(&messages, true, None)?;
+        // The template already contains any BOS it wants.
+        tokenizer.encode(&text, false)?
+    } else {
+        let prompt = args.prompt.as_deref().context("give --prompt or --messages")?;
+        tokenizer.encode(prompt, true)?
+    };
+    if prompt_ids.is_empty() {
+        bail!("the prompt is empty after tokenization");
+    }
+
+    let mut sampler = Sampler::new(params);
+    let mut caches = vec![model.llama.new_cache()];
+    let n_prompt = prompt_ids.len();
+
+    // Prefill: the whole prompt in one batch, logits of its last token.
+    let t0 = Instant::now();
+    let positions: Vec<usize> = (0..n_prompt).collect();
+    let logits = model.llama.forward(
+        &cpu,
+        &Batch { tokens: &prompt_ids, positions: &positions, seq: &vec![0; n_prompt], logits_for: &[n_prompt - 1] },
+        &mut caches,
+    )?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+
+    let mut generated: Vec<u32> = Vec::new();
+    let mut next = sampler.sample(&logits);
+    let mut printed = String::new();
+    let mut stdout = std::io::stdout().lock();
+    let t1 = Instant::now();
+    loop {
+        if !args.ignore_eos && model.eos_token_ids.contains(&next) {
+            break;
+        }
+        generated.push(next);
+        // Print the newly completed text; hold back a trailing partial UTF-8 character.
+        let text = tokenizer.decode(&generated, true)?;
+        if !text.ends_with('\u{FFFD}') && text.starts_with(&printed) {
+            stdout.write_all(&text.as_bytes()[printed.len()..])?;
+            stdout.flush()?;
+            printed = text;
+        }
+        if generated.len() >= args.max_tokens {
+            break;
+        }
+        let pos = n_prompt + generated.len() - 1;
+        let logits = model.llama.forward(
+            &cpu,
+            &Batch { tokens: &[next], positions: &[pos], seq: &[0], logits_for: &[0] },
+            &mut caches,
+        )?;
+        next = sampler.sample(&logits);
+    }
+    let decode_s = t1.elapsed().as_secs_f64();
+    writeln!(stdout)?;
+    // Tokens after the first come from decode steps; the first came with the prefill.
+    let decode_steps = generated.len().saturating_sub(1);
+    eprintln!(
+        "prompt: {n_prompt} tokens in {:.3}s ({:.1} tok/s); generation: {} tokens in {:.3}s ({:.1} tok/s)",
+        prefill_s,
+        n_prompt as f64 / prefill_s,
+        generated.len(),
+        decode_s,
+        if decode_s > 0.0 { decode_steps as f64 / decode_s } else { 0.0 }
+    );
+    Ok(())
+}
+
+/// The chat messages, if this is a chat request.
+fn chat_messages(args: &GenerateArgs) -> Result<Option<Value>> {
+    if let Some(m) = &args.messages {
+        let text = match m.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
+            None => m.clone(),
+        };
+        let v: Value = serde_json::from_str(&text).context("--messages is not valid JSON")?;
+        if !v.is_array() {
+            bail!("--messages must be a JSON array of {{\"role\", \"content\"}} objects");
+        }
+        return Ok(Some(v));
+    }
+    if !args.chat {
+        return Ok(None);
+    }
+    let prompt = args.prompt.as_deref().context("--chat needs --prompt")?;
+    let mut messages = Vec::new();
+    if let Some(s) = &args.system {
+        messages.push(json!({"role": "system", "content": s}));
+    }
+    messages.push(json!({"role": "user", "content": prompt}));
+    Ok(Some(Value::Array(messages)))
+}

@@ -1,0 +1,130 @@
+//! Loading a whole model: weights, config, tokenizer and generation defaults,
+//! from a GGUF file, a Hugging Face directory, or random weights.
+
+use std::path::Path;
+
+use peregrine_compute::cpu::RopeStyle;
+use peregrine_compute::quant::WeightFormat;
+use serde_json::Value;
+
+use crate::config::{Architecture, ModelConfig};
+use crate::gguf::GgufFile;
+use crate::llama::Llama;
+use crate::source::{resolve, ModelSource};
+use crate::tokenizer::Tokenizer;
+use crate::weights::{safetensors_files, WeightSet};
+use crate::ModelError;
+
+/// `--load-format`: read the weights, or make random ones from the config alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LoadFormat {
+    #[default]
+    Auto,
+    /// Random weights in the given float format (`--load-format dummy`).
+    Dummy(WeightFormat),
+}
+
+/// A model ready to run.
+pub struct Model {
+    pub source: ModelSource,
+    pub config: ModelConfig,
+    pub llama: Llama,
+    pub weights: WeightSet,
+    /// `None` for dummy models of a bare config.json.
+    pub tokenizer: Option<Tokenizer>,
+    /// Tokens that end generation: the tokenizer's eos plus generation_config.json's.
+    pub eos_token_ids: Vec<u32>,
+    /// The GGUF file, kept for `model inspect`.
+    pub gguf: Option<GgufFile>,
+}
+
+impl Model {
+    /// Resolves `spec` (path or hub id) and loads it.
+    pub fn load(spec: &str, format: LoadFormat) -> Result<Self, ModelError> {
+        let source = resolve(spec).or_else(|e| match format {
+            // A dummy model needs only a config: accept a config.json file too.
+            LoadFormat::Dummy(_) if Path::new(spec).is_file() && spec.ends_with(".json") => {
+                Ok(ModelSource::HfDir(Path::new(spec).parent().unwrap_or(Path::new(".")).to_path_buf()))
+            }
+            _ => Err(e),
+        })?;
+        match &source {
+            ModelSource::Gguf(path) => Self::load_gguf(source.clone(), path, format),
+            ModelSource::HfDir(dir) => Self::load_hf(source.clone(), dir, format),
+        }
+    }
+
+    fn load_gguf(source: ModelSource, path: &Path, format: LoadFormat) -> Result<Self, ModelError> {
+        let f = GgufFile::open(path)?;
+        let config = ModelConfig::from_gguf(&f)?;
+        let weights = match format {
+            LoadFormat::Auto => WeightSet::from_gguf(&f),
+            LoadFormat::Dummy(wf) => WeightSet::dummy(&config, wf, 0)?,
+        };
+        // llama.cpp's converter permutes Q/K of llama-arch models into interleaved
+        // RoPE pairs; qwen2 files keep the Hugging Face (NeoX) layout.
+        let rope = match config.architecture {
+            Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
+            Architecture::Qwen2 => RopeStyle::Neox,
+        };
+        let llama = Llama::new(config.clone(), &weights, rope)?;
+        let tokenizer = Tokenizer::from_gguf(&f).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let eos_token_ids = tokenizer.eos_token_ids();
+        Ok(Self { source, config, llama, weights, tokenizer: Some(tokenizer), eos_token_ids, gguf: Some(f) })
+    }
+
+    fn load_hf(source: ModelSource, dir: &Path, format: LoadFormat) -> Result<Self, ModelError> {
+        let config_path = dir.join("config.json");
+        let config_json = read_json(&config_path)?;
+        let config = ModelConfig::from_hf_json(&config_json)?;
+        let weights = match format {
+            LoadFormat::Auto => WeightSet::from_safetensors(&safetensors_files(dir)?, config.num_layers)?,
+            LoadFormat::Dummy(wf) => WeightSet::dummy(&config, wf, 0)?,
+        };
+        let llama = Llama::new(config.clone(), &weights, RopeStyle::Neox)?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer = if tokenizer_path.is_file() {
+            let tc = dir.join("tokenizer_config.json");
+            let tc = tc.is_file().then_some(tc);
+            Some(Tokenizer::from_file(&tokenizer_path, tc.as_deref()).map_err(|e| ModelError::Tokenizer(e.to_string()))?)
+        } else {
+            None
+        };
+        let mut eos_token_ids = tokenizer.as_ref().map(Tokenizer::eos_token_ids).unwrap_or_default();
+        let gen_path = dir.join("generation_config.json");
+        if gen_path.is_file() {
+            for id in eos_ids(read_json(&gen_path)?.get("eos_token_id")) {
+                if !eos_token_ids.contains(&id) {
+                    eos_token_ids.push(id);
+                }
+            }
+        }
+        for id in eos_ids(config_json.get("eos_token_id")) {
+            if !eos_token_ids.contains(&id) {
+                eos_token_ids.push(id);
+            }
+        }
+        Ok(Self { source, config, llama, weights, tokenizer, eos_token_ids, gguf: None })
+    }
+
+    /// The tokenizer, or an error saying this model has none.
+    pub fn tokenizer(&self) -> Result<&Tokenizer, ModelError> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            ModelError::Tokenizer(format!("{} has no tokenizer.json", self.source.path().display()))
+        })
+    }
+}
+
+/// `eos_token_id` as an int or a list of ints.
+fn eos_ids(v: Option<&Value>) -> Vec<u32> {
+    match v {
+        Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value, ModelError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| ModelError::Config(format!("{}: {e}", path.display())))
+}
