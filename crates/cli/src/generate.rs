@@ -70,7 +70,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     );
 
     let prompt_ids = if let Some(messages) = chat_messages(&args)? {
-        let template = tokenizer.chat_template().context("this model has no chat template; use --prompt without --chat")?;
+        let template = tokenizer
+            .chat_template()
+            .context("this model has no chat template; use --prompt without --chat")?;
         let text = template.render(&messages, true, None)?;
         // The template already contains any BOS it wants.
         tokenizer.encode(&text, false)?
@@ -91,7 +93,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let positions: Vec<usize> = (0..n_prompt).collect();
     let logits = model.llama.forward(
         &cpu,
-        &Batch { tokens: &prompt_ids, positions: &positions, seq: &vec![0; n_prompt], logits_for: &[n_prompt - 1] },
+        &Batch {
+            tokens: &prompt_ids,
+            positions: &positions,
+            seq: &vec![0; n_prompt],
+            logits_for: &[n_prompt - 1],
+        },
         &mut caches,
     )?;
     let prefill_s = t0.elapsed().as_secs_f64();

@@ -59,7 +59,11 @@ pub fn run(args: InspectArgs) -> Result<()> {
     println!("rope:           theta {}, scaling {scaling}", c.rope_theta);
     println!("context length: {}", c.max_position_embeddings);
     println!("rms norm eps:   {}", c.rms_norm_eps);
-    println!("vocabulary:     {}{}", c.vocab_size, if c.tie_word_embeddings { " (tied embeddings)" } else { "" });
+    println!(
+        "vocabulary:     {}{}",
+        c.vocab_size,
+        if c.tie_word_embeddings { " (tied embeddings)" } else { "" }
+    );
 
     let mut mix: BTreeMap<&str, (usize, u64, u64)> = BTreeMap::new();
     for t in model.weights.iter() {
@@ -82,9 +86,10 @@ pub fn run(args: InspectArgs) -> Result<()> {
         None => println!("tokenizer:      none"),
         Some(t) => {
             let name = |id: Option<u32>| id.and_then(|i| t.id_to_token(i)).unwrap_or_else(|| "-".into());
-            println!("tokenizer:      {} ({} tokens)", format!("{:?}", t.byte_encoding()), t.vocab_size());
+            println!("tokenizer:      {:?} ({} tokens)", t.byte_encoding(), t.vocab_size());
             println!("  bos:          {} ({:?})", name(t.bos_token_id()), t.bos_token_id());
-            let eos: Vec<String> = model.eos_token_ids.iter().map(|&i| format!("{} ({i})", name(Some(i)))).collect();
+            let eos: Vec<String> =
+                model.eos_token_ids.iter().map(|&i| format!("{} ({i})", name(Some(i)))).collect();
             println!("  eos:          {}", eos.join(", "));
             match t.chat_template() {
                 None => println!("chat template:  none"),
@@ -98,7 +103,13 @@ pub fn run(args: InspectArgs) -> Result<()> {
         }
     }
     if let Some(f) = &model.gguf {
-        println!("gguf:           version {}, {} tensors, {} metadata keys, alignment {}", f.version, f.tensors.len(), f.metadata.len(), f.alignment);
+        println!(
+            "gguf:           version {}, {} tensors, {} metadata keys, alignment {}",
+            f.version,
+            f.tensors.len(),
+            f.metadata.len(),
+            f.alignment
+        );
         if args.metadata {
             for (k, v) in &f.metadata {
                 println!("  {k} = {v}");

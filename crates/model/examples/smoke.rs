@@ -1,5 +1,10 @@
 use peregrine_compute::cpu::{Cpu, RopeStyle};
-use peregrine_model::{config::ModelConfig, gguf::GgufFile, llama::{Batch, Llama}, weights::WeightSet};
+use peregrine_model::{
+    config::ModelConfig,
+    gguf::GgufFile,
+    llama::{Batch, Llama},
+    weights::WeightSet,
+};
 fn main() {
     let f = GgufFile::open(&peregrine_model::testing::default_model_path()).unwrap();
     let cfg = ModelConfig::from_gguf(&f).unwrap();
@@ -10,7 +15,9 @@ fn main() {
     let pos: Vec<usize> = (0..5).collect();
     let mut caches = vec![m.new_cache()];
     let t = std::time::Instant::now();
-    let l = m.forward(&cpu, &Batch { tokens: &toks, positions: &pos, seq: &[0; 5], logits_for: &[4] }, &mut caches).unwrap();
+    let l = m
+        .forward(&cpu, &Batch { tokens: &toks, positions: &pos, seq: &[0; 5], logits_for: &[4] }, &mut caches)
+        .unwrap();
     let (best, v) = l.iter().enumerate().max_by(|a, b| a.1.partial_cmp(b.1).unwrap()).unwrap();
     println!("top {best} {v} paris={} {:?}", l[7042], t.elapsed());
 }

@@ -31,9 +31,16 @@ impl Architecture {
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor` (all frequencies divided by it).
-    Linear { factor: f64 },
+    Linear {
+        factor: f64,
+    },
     /// Llama 3.1's frequency-dependent scaling.
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: f64 },
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: f64,
+    },
     /// Per-frequency divisors stored in a GGUF `rope_freqs.weight` tensor (llama.cpp's
     /// encoding of Llama 3.1 scaling), filled in by the GGUF loader.
     FreqFactors(Vec<f32>),
@@ -77,21 +84,25 @@ impl ModelConfig {
             "LlamaForCausalLM" | "llama" => Architecture::Llama,
             "MistralForCausalLM" | "mistral" => Architecture::Mistral,
             "Qwen2ForCausalLM" | "qwen2" => Architecture::Qwen2,
-            other => {
-                return Err(ModelError::Unsupported(format!(
-                    "architecture {other:?} (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)"
-                )))
-            }
+            other => return Err(ModelError::Unsupported(format!(
+                "architecture {other:?} (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)"
+            ))),
         };
         let hidden_size = need_usize(v, "hidden_size")?;
         let num_heads = need_usize(v, "num_attention_heads")?;
-        let num_kv_heads = v.get("num_key_value_heads").and_then(Value::as_u64).map_or(num_heads, |x| x as usize);
-        let head_dim = v.get("head_dim").and_then(Value::as_u64).map_or(hidden_size / num_heads.max(1), |x| x as usize);
+        let num_kv_heads =
+            v.get("num_key_value_heads").and_then(Value::as_u64).map_or(num_heads, |x| x as usize);
+        let head_dim =
+            v.get("head_dim").and_then(Value::as_u64).map_or(hidden_size / num_heads.max(1), |x| x as usize);
         let f = |key: &str, default: f64| v.get(key).and_then(Value::as_f64).unwrap_or(default);
         let rope_scaling = match v.get("rope_scaling").or_else(|| v.get("rope_parameters")) {
             None | Some(Value::Null) => RopeScaling::None,
             Some(rs) => {
-                let ty = rs.get("rope_type").or_else(|| rs.get("type")).and_then(Value::as_str).unwrap_or("default");
+                let ty = rs
+                    .get("rope_type")
+                    .or_else(|| rs.get("type"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
                 let g = |key: &str, default: f64| rs.get(key).and_then(Value::as_f64).unwrap_or(default);
                 match ty {
                     "default" => RopeScaling::None,
@@ -137,7 +148,9 @@ impl ModelConfig {
 
     /// From GGUF metadata (`<arch>.*` keys). `vocab_size` falls back to the token list.
     pub fn from_gguf(f: &GgufFile) -> Result<Self, ModelError> {
-        let arch = f.architecture().ok_or_else(|| ModelError::Config("GGUF: general.architecture is missing".into()))?;
+        let arch = f
+            .architecture()
+            .ok_or_else(|| ModelError::Config("GGUF: general.architecture is missing".into()))?;
         let architecture = match arch {
             "llama" => Architecture::Llama,
             "mistral" => Architecture::Mistral,
@@ -159,11 +172,9 @@ impl ModelConfig {
             .map_or(hidden_size / num_heads.max(1), |x| x as usize);
         let vocab_size = match f.get_u64(&key("vocab_size")) {
             Some(v) => v as usize,
-            None => f
-                .get("tokenizer.ggml.tokens")
-                .and_then(|v| v.as_array())
-                .map(|a| a.len())
-                .ok_or_else(|| ModelError::Config("GGUF: no vocab_size and no tokenizer.ggml.tokens".into()))?,
+            None => f.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map(|a| a.len()).ok_or_else(
+                || ModelError::Config("GGUF: no vocab_size and no tokenizer.ggml.tokens".into()),
+            )?,
         };
         let rope_scaling = match f.get_str(&key("rope.scaling.type")) {
             None | Some("none") => RopeScaling::None,
@@ -194,17 +205,24 @@ impl ModelConfig {
 
     fn validate(&self) -> Result<(), ModelError> {
         let bad = |m: String| Err(ModelError::Config(m));
-        if self.num_heads == 0 || self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0 {
+        if self.num_heads == 0 || self.num_kv_heads == 0 || !self.num_heads.is_multiple_of(self.num_kv_heads)
+        {
             return bad(format!(
                 "num_attention_heads ({}) must be a positive multiple of num_key_value_heads ({})",
                 self.num_heads, self.num_kv_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim ({}) must be even and positive", self.head_dim));
         }
-        if self.hidden_size == 0 || self.num_layers == 0 || self.vocab_size == 0 || self.intermediate_size == 0 {
-            return bad("hidden_size, num_hidden_layers, vocab_size and intermediate_size must be positive".into());
+        if self.hidden_size == 0
+            || self.num_layers == 0
+            || self.vocab_size == 0
+            || self.intermediate_size == 0
+        {
+            return bad(
+                "hidden_size, num_hidden_layers, vocab_size and intermediate_size must be positive".into()
+            );
         }
         Ok(())
     }
@@ -213,12 +231,20 @@ impl ModelConfig {
     /// as transformers' `_compute_default_rope_parameters` / `_compute_llama3_parameters`.
     pub fn rope_inv_freq(&self) -> Vec<f32> {
         let d = self.head_dim;
-        let base: Vec<f64> = (0..d / 2).map(|i| 1.0 / self.rope_theta.powf((2 * i) as f64 / d as f64)).collect();
+        let base: Vec<f64> =
+            (0..d / 2).map(|i| 1.0 / self.rope_theta.powf((2 * i) as f64 / d as f64)).collect();
         match &self.rope_scaling {
             RopeScaling::None => base.iter().map(|&x| x as f32).collect(),
             RopeScaling::Linear { factor } => base.iter().map(|&x| (x / factor) as f32).collect(),
-            RopeScaling::FreqFactors(ff) => base.iter().zip(ff).map(|(&x, &f)| (x / f as f64) as f32).collect(),
-            &RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+            RopeScaling::FreqFactors(ff) => {
+                base.iter().zip(ff).map(|(&x, &f)| (x / f as f64) as f32).collect()
+            }
+            &RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
                 let low_wavelen = original_max_position_embeddings / low_freq_factor;
                 let high_wavelen = original_max_position_embeddings / high_freq_factor;
                 base.iter()

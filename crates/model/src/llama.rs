@@ -105,7 +105,12 @@ impl Llama {
     }
 
     /// Runs the batch; returns logits [batch.logits_for.len(), vocab].
-    pub fn forward(&self, cpu: &Cpu, batch: &Batch<'_>, caches: &mut [SequenceCache]) -> Result<Vec<f32>, ModelError> {
+    pub fn forward(
+        &self,
+        cpu: &Cpu,
+        batch: &Batch<'_>,
+        caches: &mut [SequenceCache],
+    ) -> Result<Vec<f32>, ModelError> {
         let c = &self.config;
         let n = batch.tokens.len();
         let (d, hd) = (c.hidden_size, c.head_dim);
@@ -145,7 +150,12 @@ impl Llama {
                 let pos = batch.positions[i];
                 rope_in_place(&mut q[i * q_dim..(i + 1) * q_dim], hd, pos, &self.rope);
                 rope_in_place(&mut k[i * kv_dim..(i + 1) * kv_dim], hd, pos, &self.rope);
-                caches[batch.seq[i]].write(li, pos, &k[i * kv_dim..(i + 1) * kv_dim], &v[i * kv_dim..(i + 1) * kv_dim]);
+                caches[batch.seq[i]].write(
+                    li,
+                    pos,
+                    &k[i * kv_dim..(i + 1) * kv_dim],
+                    &v[i * kv_dim..(i + 1) * kv_dim],
+                );
             }
             // Every token of the batch is in its cache now; each attends to 0..=pos.
             let caches_ro: &[SequenceCache] = caches;
@@ -188,7 +198,11 @@ impl Llama {
         let n = b.tokens.len();
         let bad = |m: String| Err(ModelError::Config(format!("batch: {m}")));
         if b.positions.len() != n || b.seq.len() != n {
-            return bad(format!("{n} tokens but {} positions and {} sequence ids", b.positions.len(), b.seq.len()));
+            return bad(format!(
+                "{n} tokens but {} positions and {} sequence ids",
+                b.positions.len(),
+                b.seq.len()
+            ));
         }
         if let Some(&t) = b.tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
             return bad(format!("token id {t} is outside the vocabulary of {}", self.config.vocab_size));

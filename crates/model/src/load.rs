@@ -86,7 +86,10 @@ impl Model {
         let tokenizer = if tokenizer_path.is_file() {
             let tc = dir.join("tokenizer_config.json");
             let tc = tc.is_file().then_some(tc);
-            Some(Tokenizer::from_file(&tokenizer_path, tc.as_deref()).map_err(|e| ModelError::Tokenizer(e.to_string()))?)
+            Some(
+                Tokenizer::from_file(&tokenizer_path, tc.as_deref())
+                    .map_err(|e| ModelError::Tokenizer(e.to_string()))?,
+            )
         } else {
             None
         };

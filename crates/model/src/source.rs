@@ -145,7 +145,10 @@ mod tests {
 
     #[test]
     fn parses_hub_ids() {
-        assert_eq!(parse_hub_id("HuggingFaceTB/SmolLM2-135M-Instruct"), Some(("HuggingFaceTB/SmolLM2-135M-Instruct", "main")));
+        assert_eq!(
+            parse_hub_id("HuggingFaceTB/SmolLM2-135M-Instruct"),
+            Some(("HuggingFaceTB/SmolLM2-135M-Instruct", "main"))
+        );
         assert_eq!(parse_hub_id("meta-llama/Llama-3.1-8B@v1.0"), Some(("meta-llama/Llama-3.1-8B", "v1.0")));
         assert_eq!(parse_hub_id("models/x/y"), None);
         assert_eq!(parse_hub_id("./a/b"), None);

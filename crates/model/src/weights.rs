@@ -55,7 +55,10 @@ impl Tensor {
 
     pub fn check_shape(&self, want: &[usize]) -> Result<(), ModelError> {
         if self.shape != want {
-            return Err(ModelError::Weights(format!("{}: shape {:?}, expected {:?}", self.name, self.shape, want)));
+            return Err(ModelError::Weights(format!(
+                "{}: shape {:?}, expected {:?}",
+                self.name, self.shape, want
+            )));
         }
         Ok(())
     }
@@ -171,8 +174,14 @@ impl WeightSet {
                 _ => values.flat_map(|v| bf16::from_f32(v).to_le_bytes()).collect(),
             };
             let len = bytes.len();
-            let tensor =
-                Tensor { name: name.clone(), format, shape, storage: Arc::new(Storage::Owned(bytes)), offset: 0, len };
+            let tensor = Tensor {
+                name: name.clone(),
+                format,
+                shape,
+                storage: Arc::new(Storage::Owned(bytes)),
+                offset: 0,
+                len,
+            };
             tensors.insert(name, tensor);
         }
         Ok(Self { tensors, description: format!("dummy ({format}, seed {seed})") })
@@ -183,7 +192,8 @@ impl WeightSet {
 pub fn llama_tensor_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     let (h, ff, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
     let (q, kv) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
-    let mut out = vec![("token_embd.weight".to_string(), vec![v, h]), ("output_norm.weight".to_string(), vec![h])];
+    let mut out =
+        vec![("token_embd.weight".to_string(), vec![v, h]), ("output_norm.weight".to_string(), vec![h])];
     if !cfg.tie_word_embeddings {
         out.push(("output.weight".to_string(), vec![v, h]));
     }
@@ -201,7 +211,11 @@ pub fn llama_tensor_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
             (b("ffn_down.weight"), vec![h, ff]),
         ]);
         if cfg.qkv_bias {
-            out.extend([(b("attn_q.bias"), vec![q]), (b("attn_k.bias"), vec![kv]), (b("attn_v.bias"), vec![kv])]);
+            out.extend([
+                (b("attn_q.bias"), vec![q]),
+                (b("attn_k.bias"), vec![kv]),
+                (b("attn_v.bias"), vec![kv]),
+            ]);
         }
     }
     out

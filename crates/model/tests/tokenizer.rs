@@ -13,7 +13,8 @@ use peregrine_model::tokenizer::gguf_spm::generate_merges;
 use peregrine_model::tokenizer::{ByteEncoding, Tokenizer, TokenizerError};
 use serde_json::Value;
 
-const REFERENCE_MODELS: [&str; 5] = ["smollm2-q4_1", "tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-spm-gguf"];
+const REFERENCE_MODELS: [&str; 5] =
+    ["smollm2-q4_1", "tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-spm-gguf"];
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures
@@ -23,7 +24,10 @@ fn load_reference(name: &str) -> (PathBuf, Value) {
     let dir = reference_dir(name);
     let path = dir.join("reference.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("missing fixture {} ({e}): run `python3 scripts/reference.py` to write models/reference/", path.display())
+        panic!(
+            "missing fixture {} ({e}): run `python3 scripts/reference.py` to write models/reference/",
+            path.display()
+        )
     });
     (dir, serde_json::from_str(&text).expect("reference.json is valid JSON"))
 }
@@ -74,7 +78,9 @@ fn check_tokenize(name: &str) {
             let want = ids_of(&e["ids"]);
             let got = tok.encode(text, add).unwrap();
             if got != want {
-                failures.push(format!("  {text:?} (add_special_tokens={add}):\n    want {want:?}\n    got  {got:?}"));
+                failures.push(format!(
+                    "  {text:?} (add_special_tokens={add}):\n    want {want:?}\n    got  {got:?}"
+                ));
                 continue;
             }
             let has_special = want.iter().any(|&id| tok.is_special(id));
@@ -92,7 +98,11 @@ fn check_tokenize(name: &str) {
             if !has_special || !add {
                 let skipped = tok.decode(&want, true).unwrap();
                 let plain: Vec<u32> = want.iter().copied().filter(|&id| !tok.is_special(id)).collect();
-                assert_eq!(skipped, tok.decode(&plain, false).unwrap(), "{label}: skip_special_tokens on {text:?}");
+                assert_eq!(
+                    skipped,
+                    tok.decode(&plain, false).unwrap(),
+                    "{label}: skip_special_tokens on {text:?}"
+                );
             }
             // The raw bytes of the tokens spell the text (plus SentencePiece's prefix space).
             if !has_special {
@@ -110,7 +120,19 @@ fn check_tokenize(name: &str) {
                 }
             }
         }
-        assert!(failures.is_empty(), "{name} / {label}: {} mismatches with transformers:\n{}", failures.len(), failures.join("\n"));
+        assert!(
+            failures.is_empty(),
+            "{name} / {label}: {} mismatches with transformers:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+
+        // BOS is added exactly when transformers adds it.
+        let first =
+            |add: bool| entries.iter().find(|e| e["add_special_tokens"] == add).map(|e| ids_of(&e["ids"]));
+        let (with, without) = (first(true).unwrap(), first(false).unwrap());
+        let adds_bos = with.len() > without.len() && with.first().copied() == tok.bos_token_id();
+        assert_eq!(tok.add_bos_token(), adds_bos, "{label}: add_bos_token");
 
         let vocab = reference["vocab_size"].as_u64().unwrap() as usize;
         assert_eq!(tok.vocab_size(), vocab, "{label}: vocab_size");
@@ -233,8 +255,8 @@ fn spm_tokens() -> (Vec<String>, Vec<f32>, Vec<i32>) {
     types.extend(std::iter::repeat_n(6, 256));
     let mut scores = vec![0.0f32; tokens.len()];
     let pieces = [
-        "▁", "▁t", "he", "▁the", "▁a", "in", "▁w", "or", "ld", "▁wor", "▁world", "He", "ll", "o", "▁He", "llo",
-        "▁Hello", "e", "h", "t", "a", "w", "r", "l", "d", "H", "i", "n",
+        "▁", "▁t", "he", "▁the", "▁a", "in", "▁w", "or", "ld", "▁wor", "▁world", "He", "ll", "o", "▁He",
+        "llo", "▁Hello", "e", "h", "t", "a", "w", "r", "l", "d", "H", "i", "n",
     ];
     for (i, p) in pieces.iter().enumerate() {
         tokens.push(p.to_string());
@@ -263,7 +285,9 @@ fn spm_writer(edit: impl FnOnce(&mut Vec<(&'static str, MetaValue)>)) -> GgufFil
         ("tokenizer.ggml.unknown_token_id", MetaValue::U32(0)),
         (
             "tokenizer.chat_template",
-            MetaValue::String("{{ bos_token }}{% for m in messages %}{{ m['content'].strip() }}{% endfor %}".into()),
+            MetaValue::String(
+                "{{ bos_token }}{% for m in messages %}{{ m['content'].strip() }}{% endfor %}".into(),
+            ),
         ),
     ];
     edit(&mut meta);
@@ -286,7 +310,10 @@ fn sentencepiece_gguf_matches_transformers() {
     assert_eq!(tok.encode("Hello world", true).unwrap(), vec![1, 275, 269]);
     assert_eq!(tok.encode("Hello world", false).unwrap(), vec![275, 269]);
     // é and 😀 are not pieces: byte fallback.
-    assert_eq!(tok.encode("héllo 😀", true).unwrap(), vec![1, 259, 277, 198, 172, 274, 259, 243, 162, 155, 131]);
+    assert_eq!(
+        tok.encode("héllo 😀", true).unwrap(),
+        vec![1, 259, 277, 198, 172, 274, 259, 243, 162, 155, 131]
+    );
     assert_eq!(tok.encode("", true).unwrap(), vec![1]);
     assert_eq!(tok.encode("\n", true).unwrap(), vec![1, 259, 13]);
     assert_eq!(tok.decode(&[1, 275, 269], true).unwrap(), "Hello world");
@@ -352,7 +379,10 @@ fn set(m: &mut [(&'static str, MetaValue)], key: &str, v: MetaValue) {
 #[test]
 fn bad_metadata_is_an_error_naming_the_key() {
     assert_names_key(build_err(|m| m.retain(|(k, _)| *k != "tokenizer.ggml.model")), "tokenizer.ggml.model");
-    assert_names_key(build_err(|m| m.retain(|(k, _)| *k != "tokenizer.ggml.tokens")), "tokenizer.ggml.tokens");
+    assert_names_key(
+        build_err(|m| m.retain(|(k, _)| *k != "tokenizer.ggml.tokens")),
+        "tokenizer.ggml.tokens",
+    );
     assert_names_key(
         build_err(|m| set(m, "tokenizer.ggml.tokens", MetaValue::U32(3))),
         "tokenizer.ggml.tokens",
@@ -386,7 +416,7 @@ fn bad_metadata_is_an_error_naming_the_key() {
         "tokenizer.ggml.scores",
     );
     assert_names_key(
-        build_err(|m| set(m, "tokenizer.ggml.add_space_prefix", MetaValue::String("yes".into()))),
+        build_err(|m| m.push(("tokenizer.ggml.add_space_prefix", MetaValue::String("yes".into())))),
         "tokenizer.ggml.add_space_prefix",
     );
     match build_err(|m| set(m, "tokenizer.ggml.model", MetaValue::String("rwkv".into()))) {
@@ -394,7 +424,9 @@ fn bad_metadata_is_an_error_naming_the_key() {
         other => panic!("{other}"),
     }
     // A negative id is llama.cpp's "none", not an error.
-    let tok = Tokenizer::from_gguf(&spm_writer(|m| set(m, "tokenizer.ggml.bos_token_id", MetaValue::I32(-1)))).unwrap();
+    let tok =
+        Tokenizer::from_gguf(&spm_writer(|m| set(m, "tokenizer.ggml.bos_token_id", MetaValue::I32(-1))))
+            .unwrap();
     assert_eq!(tok.bos_token_id(), None);
     assert!(!tok.add_bos_token());
 }
@@ -425,7 +457,10 @@ fn bpe_gguf(pre: &str, extra_tokens: &[&str], merges: &[&str]) -> GgufFile {
     w.meta("tokenizer.ggml.model", MetaValue::String("gpt2".into()))
         .meta("tokenizer.ggml.pre", MetaValue::String(pre.into()))
         .meta("tokenizer.ggml.tokens", strings(&tokens))
-        .meta("tokenizer.ggml.token_type", array(type_id::I32, types.into_iter().map(MetaValue::I32).collect()))
+        .meta(
+            "tokenizer.ggml.token_type",
+            array(type_id::I32, types.into_iter().map(MetaValue::I32).collect()),
+        )
         .meta("tokenizer.ggml.merges", strings(&all_merges))
         .meta("tokenizer.ggml.eos_token_id", MetaValue::U32(n as u32 - 1));
     GgufFile::parse(Arc::new(Storage::Owned(w.to_bytes()))).unwrap()
@@ -492,7 +527,16 @@ fn arbitrary_input_does_not_panic() {
             let _ = tok.decode(&ids, false).unwrap();
             let random: Vec<u32> = (0..8).map(|_| (next() % 400) as u32).collect();
             let _ = tok.decode(&random, true).unwrap();
-            let _ = random.iter().map(|&id| tok.token_bytes(id)).count();
+            let bytes: usize = random.iter().map(|&id| tok.token_bytes(id).len()).sum();
+            assert!(bytes <= 8 * 32);
         }
     }
+}
+
+/// The engine shares one tokenizer (and its chat template) between threads.
+#[test]
+fn tokenizer_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<Tokenizer>();
+    assert_send_sync::<peregrine_model::tokenizer::ChatTemplate>();
 }

@@ -14,6 +14,7 @@ pub struct AttentionShape {
 ///
 /// q: [n_heads, head_dim]; k, v: [n_ctx, n_kv_heads, head_dim]; out: [n_heads, head_dim];
 /// `scores`: scratch of at least n_ctx.
+#[allow(clippy::too_many_arguments)] // the kernel's operands, each a distinct tensor
 pub fn attention_one(
     shape: AttentionShape,
     q: &[f32],

@@ -22,20 +22,19 @@ pub(crate) const Q8_K_BYTES: usize = 4 + QK_K + QK_K / 16 * 2;
 pub(crate) fn block_q2_k(b: &[u8; Q2_K_BYTES], y: &mut [f32; QK_K]) {
     let d = f16_at(b, 80);
     let min = f16_at(b, 82);
-    let scales = &b[0..16];
-    let mut is = 0;
-    let mut out = 0;
+    // Sub-block s = 8 * half + 2 * k + part covers values 16 * s .. 16 * s + 16.
     for half in 0..2 {
         let q = &b[16 + 32 * half..16 + 32 * half + 32];
-        for shift in [0u32, 2, 4, 6] {
+        for k in 0..4 {
+            let shift = 2 * k as u32;
             for part in 0..2 {
-                let sc = scales[is];
-                is += 1;
+                let s = 8 * half + 2 * k + part;
+                let sc = b[s];
                 let dl = d * (sc & 0x0F) as f32;
                 let ml = min * (sc >> 4) as f32;
-                for &ql in &q[16 * part..16 * part + 16] {
-                    y[out] = dl * ((ql >> shift) & 3) as f32 - ml;
-                    out += 1;
+                let y = &mut y[16 * s..16 * s + 16];
+                for (y, &ql) in y.iter_mut().zip(&q[16 * part..16 * part + 16]) {
+                    *y = dl * ((ql >> shift) & 3) as f32 - ml;
                 }
             }
         }
@@ -75,22 +74,24 @@ pub(crate) fn block_q3_k(b: &[u8; Q3_K_BYTES], y: &mut [f32; QK_K]) {
     let d_all = f16_at(b, 108);
     let hm = &b[0..32];
     let scales = q3_k_scales(&b[96..108]);
-    let mut m: u8 = 1;
-    let mut is = 0;
-    let mut out = 0;
+    // Sub-block s = 8 * half + 2 * k + part covers values 16 * s .. 16 * s + 16;
+    // its high bits are bit 4 * half + k of hmask.
     for half in 0..2 {
         let q = &b[32 + 32 * half..32 + 32 * half + 32];
-        for shift in [0u32, 2, 4, 6] {
+        for k in 0..4 {
+            let shift = 2 * k as u32;
+            let m = 1u8 << (4 * half + k);
             for part in 0..2 {
-                let dl = d_all * (scales[is] as i32 - 32) as f32;
-                is += 1;
-                for l in 16 * part..16 * part + 16 {
+                let s = 8 * half + 2 * k + part;
+                let dl = d_all * (scales[s] as i32 - 32) as f32;
+                let y = &mut y[16 * s..16 * s + 16];
+                let q = &q[16 * part..16 * part + 16];
+                let hm = &hm[16 * part..16 * part + 16];
+                for l in 0..16 {
                     let v = ((q[l] >> shift) & 3) as i32 - if hm[l] & m != 0 { 0 } else { 4 };
-                    y[out] = dl * v as f32;
-                    out += 1;
+                    y[l] = dl * v as f32;
                 }
             }
-            m <<= 1;
         }
     }
 }

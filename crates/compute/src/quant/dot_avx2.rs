@@ -1,12 +1,15 @@
 //! AVX2 + FMA (+ F16C) kernels for `dot_row`, x86-64 only.
 //!
-//! Each kernel rebuilds the weights exactly as `dequantize_row` does (the same
-//! unfused `q * d + m` in f32, lane-wise) and accumulates `w * x` with FMA into
-//! four 8-lane accumulators, so it differs from the scalar path only in
-//! summation order. The hand-written kernels cover the formats models ship in
-//! (Q4_1, Q8_0, Q4_0, F32, F16, BF16, Q4_K, Q5_K, Q6_K); the rest dequantize a
-//! block into a stack buffer (the scalar block code, compiled here with AVX2)
-//! and take its dot product with FMA.
+//! Each kernel rebuilds the weights bit-exactly as `dequantize_row` does and
+//! accumulates `w * x` with FMA into four 8-lane accumulators, so it differs
+//! from the scalar path only in summation order. Where a weight is `q * d + m`
+//! the kernels use an FMA: `q * d` is exact in f32 (an f16 scale times a small
+//! integer), so the fused and unfused forms round identically.
+//!
+//! The hand-written kernels cover the formats models ship in (Q4_1, Q8_0,
+//! Q4_0, F32, F16, BF16, Q4_K, Q5_K, Q6_K); the rest dequantize a block into a
+//! stack buffer (the scalar block code, compiled here with AVX2) and take its
+//! dot product with FMA.
 //!
 //! Memory safety: every kernel walks `row` and `x` with `chunks_exact` (or an
 //! explicit `min` of both lengths), and each load stays inside its chunk;
@@ -75,8 +78,21 @@ unsafe fn hsum(acc: Acc) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16_at(b: &[u8], off: usize) -> f32 {
+    _mm256_cvtss_f32(f16x8_at(b, off))
+}
+
+/// The little-endian f16 at `b[off..off + 2]`, as f32 in all 8 lanes.
+///
+/// Broadcasting before converting matters: `_mm_cvtsi32_si128` compiles to a
+/// `vpinsrw` that merges into whatever register LLVM picks, which can be an
+/// accumulator, making each block's scale wait for the previous block's FMA
+/// (a 20-cycle chain that made Q8_0 4x slower). A broadcast writes the whole
+/// register.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16x8_at(b: &[u8], off: usize) -> __m256 {
     let bits = u16::from_le_bytes([b[off], b[off + 1]]);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
 }
 
 /// 16 unsigned bytes to two vectors of 8 f32 (bytes 0-7, 8-15).
@@ -177,36 +193,39 @@ unsafe fn dot_float<const K: u8>(row: &[u8], x: &[f32]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4_0(row: &[u8], x: &[f32]) -> f32 {
     let m4 = _mm_set1_epi8(0x0F);
-    let eight = _mm256_set1_ps(8.0);
+    let minus8 = _mm256_set1_ps(-8.0);
     let mut acc = zero();
     for (b, x) in row.chunks_exact(Q4_0_BYTES).zip(x.chunks_exact(32)) {
-        let d = _mm256_set1_ps(f16_at(b, 0));
+        let d = f16x8_at(b, 0);
+        let off = _mm256_mul_ps(d, minus8);
         let qs = _mm_loadu_si128(b.as_ptr().add(2) as *const __m128i); // bytes 2..18
         let (q0, q1) = u8x16_to_f32(_mm_and_si128(qs, m4));
         let (q2, q3) = u8x16_to_f32(_mm_and_si128(_mm_srli_epi16(qs, 4), m4));
         let mut w = [q0, q1, q2, q3];
         for w in &mut w {
-            *w = _mm256_mul_ps(_mm256_sub_ps(*w, eight), d);
+            // q * d and -8 * d are exact, so this is (q - 8) * d exactly.
+            *w = _mm256_fmadd_ps(*w, d, off);
         }
         fma32(&mut acc, w, x.as_ptr());
     }
     hsum(acc)
 }
 
-/// Q4_1 `{ f16 d; f16 m; u8 qs[16] }`: w = q * d + m (unfused, as ggml).
+/// Q4_1 `{ f16 d; f16 m; u8 qs[16] }`: w = q * d + m.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
     let m4 = _mm_set1_epi8(0x0F);
     let mut acc = zero();
     for (b, x) in row.chunks_exact(Q4_1_BYTES).zip(x.chunks_exact(32)) {
-        let d = _mm256_set1_ps(f16_at(b, 0));
-        let m = _mm256_set1_ps(f16_at(b, 2));
+        let d = f16x8_at(b, 0);
+        let m = f16x8_at(b, 2);
         let qs = _mm_loadu_si128(b.as_ptr().add(4) as *const __m128i); // bytes 4..20
         let (q0, q1) = u8x16_to_f32(_mm_and_si128(qs, m4));
         let (q2, q3) = u8x16_to_f32(_mm_and_si128(_mm_srli_epi16(qs, 4), m4));
         let mut w = [q0, q1, q2, q3];
         for w in &mut w {
-            *w = _mm256_add_ps(_mm256_mul_ps(*w, d), m);
+            // q * d is exact: one rounding, like the unfused q * d + m.
+            *w = _mm256_fmadd_ps(*w, d, m);
         }
         fma32(&mut acc, w, x.as_ptr());
     }
@@ -218,7 +237,7 @@ unsafe fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
 unsafe fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
     let mut acc = zero();
     for (b, x) in row.chunks_exact(Q8_0_BYTES).zip(x.chunks_exact(32)) {
-        let d = _mm256_set1_ps(f16_at(b, 0));
+        let d = f16x8_at(b, 0);
         let qs = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i); // bytes 2..34
         let mut w = i8x32_to_f32(qs);
         for w in &mut w {
@@ -260,7 +279,8 @@ unsafe fn sub_block(acc: &mut Acc, q: __m256i, d1: f32, m1: f32, xp: *const f32)
     let (d1, m1) = (_mm256_set1_ps(d1), _mm256_set1_ps(m1));
     let mut w = u8x32_to_f32(q);
     for w in &mut w {
-        *w = _mm256_sub_ps(_mm256_mul_ps(*w, d1), m1);
+        // q * d1 is exact: one rounding, like the unfused d1 * q - m1.
+        *w = _mm256_fmsub_ps(*w, d1, m1);
     }
     fma32(acc, w, xp);
 }

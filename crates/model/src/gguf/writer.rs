@@ -58,7 +58,7 @@ impl GgufWriter {
             rel = (rel + data.len() as u64).div_ceil(self.alignment) * self.alignment;
         }
         let pad = |out: &mut Vec<u8>, a: u64| {
-            while out.len() as u64 % a != 0 {
+            while !(out.len() as u64).is_multiple_of(a) {
                 out.push(0);
             }
         };

@@ -80,9 +80,11 @@ pub fn parse_byte_token(token: &str) -> Option<u8> {
 /// plain text) stands for its own UTF-8, like `ByteLevel`'s decoder does.
 pub fn token_bytes(token: &str, encoding: ByteEncoding) -> Vec<u8> {
     match encoding {
-        ByteEncoding::ByteLevel => {
-            token.chars().map(char_to_byte).collect::<Option<Vec<u8>>>().unwrap_or_else(|| token.as_bytes().to_vec())
-        }
+        ByteEncoding::ByteLevel => token
+            .chars()
+            .map(char_to_byte)
+            .collect::<Option<Vec<u8>>>()
+            .unwrap_or_else(|| token.as_bytes().to_vec()),
         ByteEncoding::SentencePiece => match parse_byte_token(token) {
             Some(b) => vec![b],
             None => token.replace(SPM_SPACE, " ").into_bytes(),

@@ -20,7 +20,7 @@ use super::strftime::DateTime;
 
 const TEMPLATE_NAME: &str = "chat";
 /// Instructions a template may run before it is stopped (a template is data from the model file).
-const FUEL: u64 = 50_000_000;
+const FUEL: u64 = 20_000_000;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ChatTemplateError {
@@ -113,13 +113,19 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         extra: Option<&Map<String, Json>>,
     ) -> Result<String, ChatTemplateError> {
-        let list = messages
-            .as_array()
-            .ok_or_else(|| ChatTemplateError::InvalidInput(format!("expected a list of messages, found {}", kind(messages))))?;
+        let list = messages.as_array().ok_or_else(|| {
+            ChatTemplateError::InvalidInput(format!(
+                "expected a list of messages, found {}",
+                json_kind(messages)
+            ))
+        })?;
         let mut aliased = Vec::with_capacity(list.len());
         for (i, m) in list.iter().enumerate() {
             let obj = m.as_object().ok_or_else(|| {
-                ChatTemplateError::InvalidInput(format!("message {i} should be an object, found {}", kind(m)))
+                ChatTemplateError::InvalidInput(format!(
+                    "message {i} should be an object, found {}",
+                    json_kind(m)
+                ))
             })?;
             aliased.push(Json::Object(alias_reasoning_fields(obj)));
         }
@@ -133,7 +139,8 @@ impl ChatTemplate {
         }
         ctx.insert("messages".into(), Json::Array(aliased));
         ctx.insert("add_generation_prompt".into(), Json::Bool(add_generation_prompt));
-        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
+        let template =
+            self.env.get_template(TEMPLATE_NAME).map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
         template.render(Value::from_serialize(&ctx)).map_err(|e| match raised_message(&e) {
             Some(message) => ChatTemplateError::Raised { message },
             None => ChatTemplateError::Render(describe(&e)),
@@ -144,8 +151,9 @@ impl ChatTemplate {
 /// transformers' `_alias_reasoning_fields`: a message's reasoning under any of its names is
 /// also given as `thinking` (first) and `reasoning_content`.
 fn alias_reasoning_fields(m: &Map<String, Json>) -> Map<String, Json> {
-    let reasoning =
-        ["reasoning_content", "thinking", "reasoning"].iter().find_map(|k| m.get(*k).filter(|v| !v.is_null()));
+    let reasoning = ["reasoning_content", "thinking", "reasoning"]
+        .iter()
+        .find_map(|k| m.get(*k).filter(|v| !v.is_null()));
     let Some(r) = reasoning.cloned() else { return m.clone() };
     let mut out = Map::new();
     out.insert("thinking".into(), r.clone());
@@ -156,7 +164,8 @@ fn alias_reasoning_fields(m: &Map<String, Json>) -> Map<String, Json> {
     out
 }
 
-fn kind(v: &Json) -> &'static str {
+/// A short name for a JSON value's type, for messages (values themselves can be long).
+pub(crate) fn json_kind(v: &Json) -> &'static str {
     match v {
         Json::Null => "null",
         Json::Bool(_) => "a bool",
@@ -208,14 +217,22 @@ fn to_json(value: &Value) -> Result<Json, Error> {
 
 /// `json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`.
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
-    let mut opts = DumpOptions { ensure_ascii: kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false), ..Default::default() };
+    let mut opts = DumpOptions {
+        ensure_ascii: kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false),
+        ..Default::default()
+    };
     opts.sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
     if let Some(indent) = kwargs.get::<Option<Value>>("indent")? {
         opts.indent = match indent.kind() {
             ValueKind::None | ValueKind::Undefined => None,
             ValueKind::String => Some(indent.as_str().unwrap_or_default().to_string()),
             ValueKind::Number => Some(" ".repeat(i64::try_from(indent)?.clamp(0, 64) as usize)),
-            _ => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: indent must be a number or a string")),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: indent must be a number or a string",
+                ))
+            }
         };
     }
     if let Some(seps) = kwargs.get::<Option<Vec<String>>>("separators")? {

@@ -42,7 +42,9 @@ pub fn build(vocab: &GgufVocab) -> Result<HfTokenizer, TokenizerError> {
     let merges = match &vocab.merges {
         Some(m) => m.clone(),
         None => {
-            log::info!("GGUF byte-level vocabulary without {KEY_MERGES}: deriving merges from the token order");
+            log::info!(
+                "GGUF byte-level vocabulary without {KEY_MERGES}: deriving merges from the token order"
+            );
             generate_merges(&spelled, None)
         }
     };

@@ -103,7 +103,9 @@ pub fn build(vocab: &GgufVocab) -> Result<HfTokenizer, TokenizerError> {
     if let Some(unk) = vocab.token(vocab.ids.unk) {
         builder = builder.unk_token(unk.to_string());
     }
-    let bpe = builder.build().map_err(|e| TokenizerError::metadata(KEY_TOKENS, format!("cannot build BPE: {e}")))?;
+    let bpe = builder
+        .build()
+        .map_err(|e| TokenizerError::metadata(KEY_TOKENS, format!("cannot build BPE: {e}")))?;
     let mut tok = HfTokenizer::new(bpe);
 
     let space = SPM_SPACE.to_string();
@@ -114,7 +116,8 @@ pub fn build(vocab: &GgufVocab) -> Result<HfTokenizer, TokenizerError> {
         norm.push(Prepend::new(space.clone()).into());
     }
     norm.push(replace.into());
-    tok.with_normalizer(Some(NormalizerSequence::new(norm))).map_err(|e| TokenizerError::backend("normalizer", e))?;
+    tok.with_normalizer(Some(NormalizerSequence::new(norm)))
+        .map_err(|e| TokenizerError::backend("normalizer", e))?;
 
     let dec_replace = tokenizers::decoders::DecoderWrapper::Replace(
         Replace::new(space.as_str(), " ").map_err(|e| TokenizerError::backend("decoder", e))?,

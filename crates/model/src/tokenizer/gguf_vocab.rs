@@ -61,7 +61,10 @@ impl GgufVocab {
             return Err(TokenizerError::metadata(KEY_TOKENS, "the vocabulary is empty"));
         }
         if u32::try_from(tokens.len()).is_err() {
-            return Err(TokenizerError::metadata(KEY_TOKENS, format!("{} tokens do not fit u32 ids", tokens.len())));
+            return Err(TokenizerError::metadata(
+                KEY_TOKENS,
+                format!("{} tokens do not fit u32 ids", tokens.len()),
+            ));
         }
         let n = tokens.len();
         let scores = match gguf.get(KEY_SCORES) {
@@ -70,7 +73,9 @@ impl GgufVocab {
         };
         let token_types = match gguf.get(KEY_TOKEN_TYPE) {
             None => None,
-            Some(v) => Some(numeric_array(v, KEY_TOKEN_TYPE, n, |x| x.as_i64().and_then(|i| i32::try_from(i).ok()))?),
+            Some(v) => {
+                Some(numeric_array(v, KEY_TOKEN_TYPE, n, |x| x.as_i64().and_then(|i| i32::try_from(i).ok()))?)
+            }
         };
         let merges = match string_array(gguf, KEY_MERGES)? {
             None => None,
@@ -79,7 +84,10 @@ impl GgufVocab {
                     .enumerate()
                     .map(|(i, m)| {
                         m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| {
-                            TokenizerError::metadata(KEY_MERGES, format!("merge #{i} {m:?} is not two tokens separated by a space"))
+                            TokenizerError::metadata(
+                                KEY_MERGES,
+                                format!("merge #{i} {m:?} is not two tokens separated by a space"),
+                            )
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?,
@@ -195,9 +203,15 @@ fn token_id(gguf: &GgufFile, key: &str, n: usize) -> Result<Option<u32>, Tokeniz
     if v.as_i64().is_some_and(|i| i < 0) || v.as_u64() == Some(u32::MAX as u64) {
         return Ok(None);
     }
-    let id = v.as_u64().filter(|_| !matches!(v, MetaValue::Bool(_))).ok_or_else(|| wrong_type(key, "an integer", v))?;
+    let id = v
+        .as_u64()
+        .filter(|_| !matches!(v, MetaValue::Bool(_)))
+        .ok_or_else(|| wrong_type(key, "an integer", v))?;
     if id >= n as u64 {
-        return Err(TokenizerError::metadata(key, format!("token id {id} is past the vocabulary of {n} tokens")));
+        return Err(TokenizerError::metadata(
+            key,
+            format!("token id {id} is past the vocabulary of {n} tokens"),
+        ));
     }
     Ok(Some(id as u32))
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::chat_template::json_kind;
 use super::TokenizerError;
 
 #[derive(Clone, Debug, Default)]
@@ -42,15 +43,22 @@ fn token_text(path: &Path, key: &str, v: &Value) -> Result<Option<String>, Token
             Some(Value::String(s)) => Ok(Some(s.clone())),
             _ => Err(bad(path, format!("{key:?} is an object without a string \"content\""))),
         },
-        other => Err(bad(path, format!("{key:?} must be a string or an AddedToken object, found {other}"))),
+        other => Err(bad(
+            path,
+            format!("{key:?} must be a string or an AddedToken object, found {}", json_kind(other)),
+        )),
     }
 }
 
-fn flag(path: &Path, root: &serde_json::Map<String, Value>, key: &str) -> Result<Option<bool>, TokenizerError> {
+fn flag(
+    path: &Path,
+    root: &serde_json::Map<String, Value>,
+    key: &str,
+) -> Result<Option<bool>, TokenizerError> {
     match root.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => Err(bad(path, format!("{key:?} must be a bool, found {other}"))),
+        Some(other) => Err(bad(path, format!("{key:?} must be a bool, found {}", json_kind(other)))),
     }
 }
 
@@ -64,10 +72,11 @@ impl HfTokenizerConfig {
         if cfg.chat_template.is_none() && cfg.named_chat_templates.is_empty() {
             let jinja = path.with_file_name("chat_template.jinja");
             if jinja.is_file() {
-                cfg.chat_template = Some(
-                    std::fs::read_to_string(&jinja)
-                        .map_err(|source| TokenizerError::Io { path: jinja.display().to_string(), source })?,
-                );
+                cfg.chat_template =
+                    Some(std::fs::read_to_string(&jinja).map_err(|source| TokenizerError::Io {
+                        path: jinja.display().to_string(),
+                        source,
+                    })?);
             }
         }
         Ok(cfg)
@@ -103,7 +112,9 @@ impl HfTokenizerConfig {
                         cfg.extra_special_tokens.extend(token_text(path, key, v)?);
                     }
                 }
-                Some(other) => return Err(bad(path, format!("{key:?} must be a list, found {other}"))),
+                Some(other) => {
+                    return Err(bad(path, format!("{key:?} must be a list, found {}", json_kind(other))))
+                }
             }
         }
         match root.get("chat_template") {
@@ -114,7 +125,10 @@ impl HfTokenizerConfig {
                     let name = item.get("name").and_then(Value::as_str);
                     let template = item.get("template").and_then(Value::as_str);
                     let (Some(name), Some(template)) = (name, template) else {
-                        return Err(bad(path, format!("chat_template[{i}] is not a {{\"name\", \"template\"}} object")));
+                        return Err(bad(
+                            path,
+                            format!("chat_template[{i}] is not a {{\"name\", \"template\"}} object"),
+                        ));
                     };
                     if name == "default" {
                         cfg.chat_template = Some(template.to_string());
@@ -123,7 +137,10 @@ impl HfTokenizerConfig {
                 }
             }
             Some(other) => {
-                return Err(bad(path, format!("\"chat_template\" must be a string or a list, found {other}")))
+                return Err(bad(
+                    path,
+                    format!("\"chat_template\" must be a string or a list, found {}", json_kind(other)),
+                ))
             }
         }
         Ok(cfg)

@@ -74,7 +74,8 @@ impl Tokenizer {
         let path = tokenizer_json.display().to_string();
         let text = std::fs::read_to_string(tokenizer_json)
             .map_err(|source| TokenizerError::Io { path: path.clone(), source })?;
-        let mut inner = tokenizers::Tokenizer::from_str(&text).map_err(|e| TokenizerError::backend(&path, e))?;
+        let mut inner =
+            tokenizers::Tokenizer::from_str(&text).map_err(|e| TokenizerError::backend(&path, e))?;
         inner.with_truncation(None).map_err(|e| TokenizerError::backend(&path, e))?;
         inner.with_padding(None);
         let cfg = match tokenizer_config {
@@ -82,7 +83,8 @@ impl Tokenizer {
             None => HfTokenizerConfig::default(),
         };
 
-        let present: HashSet<String> = inner.get_added_tokens_decoder().into_values().map(|t| t.content).collect();
+        let present: HashSet<String> =
+            inner.get_added_tokens_decoder().into_values().map(|t| t.content).collect();
         let named = [&cfg.bos_token, &cfg.eos_token, &cfg.unk_token, &cfg.pad_token];
         let missing: Vec<_> = named
             .into_iter()
@@ -92,7 +94,9 @@ impl Tokenizer {
             .map(|t| special_tokens::special(t))
             .collect();
         if !missing.is_empty() {
-            inner.add_special_tokens(missing).map_err(|e| TokenizerError::backend("adding special tokens", e))?;
+            inner
+                .add_special_tokens(missing)
+                .map_err(|e| TokenizerError::backend("adding special tokens", e))?;
         }
 
         let id_of = |t: &Option<String>| t.as_deref().and_then(|t| inner.token_to_id(t));
@@ -108,9 +112,14 @@ impl Tokenizer {
             )?;
             inner.with_post_processor(Some(pp));
         }
-        let probe = inner.encode_fast("", true).map_err(|e| TokenizerError::backend(&path, e))?;
-        let add_bos = bos_token_id.is_some() && probe.get_ids().first().copied() == bos_token_id;
-        let add_eos = eos_token_id.is_some() && probe.get_ids().last().copied() == eos_token_id;
+        // What the post-processor adds around a text, whichever kind it is.
+        let probe = |add: bool| inner.encode_fast("a", add).map(|e| e.get_ids().to_vec());
+        let full = probe(true).map_err(|e| TokenizerError::backend(&path, e))?;
+        let plain = probe(false).map_err(|e| TokenizerError::backend(&path, e))?;
+        let at = full.windows(plain.len().max(1)).position(|w| w == plain.as_slice()).unwrap_or(0);
+        let (before, after) = (&full[..at], full.get(at + plain.len()..).unwrap_or(&[]));
+        let add_bos = bos_token_id.is_some_and(|id| before.contains(&id));
+        let add_eos = eos_token_id.is_some_and(|id| after.contains(&id));
 
         let (encoding, strips_leading_space) = decoder_kind(&inner);
         let tokens = TemplateTokens {
@@ -119,12 +128,17 @@ impl Tokenizer {
             unk: cfg.unk_token.as_deref(),
             pad: cfg.pad_token.as_deref(),
         };
-        let named_templates: Vec<(String, String)> = cfg.named_chat_templates.clone();
-        let mut tok = Self::assemble(inner, encoding, strips_leading_space, bos_token_id, eos_token_id.into_iter().collect());
+        let mut tok = Self::assemble(
+            inner,
+            encoding,
+            strips_leading_space,
+            bos_token_id,
+            eos_token_id.into_iter().collect(),
+        );
         tok.clean_up_spaces = cfg.clean_up_tokenization_spaces;
         tok.add_bos = add_bos;
         tok.add_eos = add_eos;
-        tok.set_templates(cfg.chat_template.as_deref(), &named_templates, &tokens);
+        tok.set_templates(cfg.chat_template.as_deref(), &cfg.named_chat_templates, &tokens);
         Ok(tok)
     }
 
@@ -132,12 +146,14 @@ impl Tokenizer {
     /// (`model = "gpt2"`) or SentencePiece BPE (`model = "llama"`). Errors name the offending key.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self, TokenizerError> {
         let vocab = GgufVocab::read(gguf)?;
+        let spm_prefix = vocab.add_space_prefix.unwrap_or(true);
         let (inner, encoding, strips) = match vocab.model.as_str() {
             "gpt2" => (gguf_bpe::build(&vocab)?, ByteEncoding::ByteLevel, false),
-            "llama" => (gguf_spm::build(&vocab)?, ByteEncoding::SentencePiece, vocab.add_space_prefix.unwrap_or(true)),
+            "llama" => (gguf_spm::build(&vocab)?, ByteEncoding::SentencePiece, spm_prefix),
             other => {
                 return Err(TokenizerError::Unsupported(format!(
-                    "{KEY_MODEL} = {other:?} (Peregrine reads \"gpt2\" byte-level BPE and \"llama\" SentencePiece vocabularies)"
+                    "{KEY_MODEL} = {other:?} (Peregrine reads \"gpt2\" byte-level BPE \
+                     and \"llama\" SentencePiece vocabularies)"
                 )))
             }
         };
@@ -232,13 +248,17 @@ impl Tokenizer {
     /// Token ids of `text`. `add_special_tokens`: add BOS/EOS as the tokenizer is configured to.
     /// Special-token text in `text` (e.g. `<|im_start|>`) always maps to its single id.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self.inner.encode_fast(text, add_special_tokens).map_err(|e| TokenizerError::backend("encode", e))?;
+        let enc = self
+            .inner
+            .encode_fast(text, add_special_tokens)
+            .map_err(|e| TokenizerError::backend("encode", e))?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// Text of `ids`; ids the vocabulary does not have are skipped (as `tokenizers` does).
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
-        let text = self.inner.decode(ids, skip_special_tokens).map_err(|e| TokenizerError::backend("decode", e))?;
+        let text =
+            self.inner.decode(ids, skip_special_tokens).map_err(|e| TokenizerError::backend("decode", e))?;
         Ok(if self.clean_up_spaces { clean_up_tokenization(&text) } else { text })
     }
 
@@ -351,7 +371,10 @@ fn decoder_kind(inner: &tokenizers::Tokenizer) -> (ByteEncoding, bool) {
         ByteEncoding::Plain
     };
     let strips = parts.iter().any(|p| match ty(p).as_str() {
-        "Strip" => p.get("content").and_then(Json::as_str) == Some(" ") && p.get("start").and_then(Json::as_u64) > Some(0),
+        "Strip" => {
+            p.get("content").and_then(Json::as_str) == Some(" ")
+                && p.get("start").and_then(Json::as_u64) > Some(0)
+        }
         "Metaspace" => matches!(p.get("prepend_scheme").and_then(Json::as_str), Some("always" | "first")),
         _ => false,
     });

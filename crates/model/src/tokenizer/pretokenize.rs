@@ -27,8 +27,7 @@ pub const GPT2_SPLIT: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\
 pub const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Qwen2: as Llama 3 but single digits.
-pub const QWEN2_SPLIT: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Qwen3.5: Qwen2 with combining marks kept on their letters.
 pub const QWEN35_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -56,7 +55,8 @@ const DEEPSEEK_LLM_SPLITS: &[&str] = &[
     "\\p{N}+",
 ];
 
-const DEEPSEEK_CODER_SPLITS: &[&str] = &["[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"];
+const DEEPSEEK_CODER_SPLITS: &[&str] =
+    &["[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"];
 
 const FALCON_SPLITS: &[&str] = &["[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_SPLIT, "[0-9][0-9][0-9]"];
 
@@ -128,8 +128,12 @@ pub fn byte_level_pre_tokenizer(split: PreSplit) -> Result<PreTokenizerWrapper, 
         PreSplit::Regexes(regexes) => {
             let mut steps = Vec::with_capacity(regexes.len() + 1);
             for r in regexes {
-                let split = Split::new(SplitPattern::Regex((*r).to_string()), SplitDelimiterBehavior::Isolated, false)
-                    .map_err(|e| TokenizerError::backend(&format!("pre-tokenizer regex {r:?}"), e))?;
+                let split = Split::new(
+                    SplitPattern::Regex((*r).to_string()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .map_err(|e| TokenizerError::backend(&format!("pre-tokenizer regex {r:?}"), e))?;
                 steps.push(split.into());
             }
             steps.push(ByteLevel::new(false, true, false).into());

@@ -226,7 +226,12 @@ mod tests {
         let v = json!({"b": [1, 2.5, "é\n\"x\""], "a": {}, "c": null, "d": true});
         let plain = dumps(&v, &DumpOptions::default());
         assert_eq!(plain, r#"{"b": [1, 2.5, "é\n\"x\""], "a": {}, "c": null, "d": true}"#);
-        let opts = DumpOptions { ensure_ascii: true, indent: Some("  ".into()), sort_keys: true, ..Default::default() };
+        let opts = DumpOptions {
+            ensure_ascii: true,
+            indent: Some("  ".into()),
+            sort_keys: true,
+            ..Default::default()
+        };
         assert_eq!(
             dumps(&v, &opts),
             "{\n  \"a\": {},\n  \"b\": [\n    1,\n    2.5,\n    \"\\u00e9\\n\\\"x\\\"\"\n  ],\n  \"c\": null,\n  \"d\": true\n}"

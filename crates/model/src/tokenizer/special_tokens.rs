@@ -33,7 +33,8 @@ pub fn bos_eos_post_processor(
     for (t, id) in bos.into_iter().chain(eos) {
         tokens.insert(t.to_string(), json!({"id": t, "ids": [id], "tokens": [t]}));
     }
-    let value = json!({"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": tokens});
+    let value =
+        json!({"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": tokens});
     serde_json::from_value(value).map_err(|e| TokenizerError::backend("BOS/EOS post-processor", e))
 }
 

@@ -94,7 +94,10 @@ impl DateTime {
                 out.push('%');
                 break;
             };
-            let hour12 = if self.hour % 12 == 0 { 12 } else { self.hour % 12 };
+            let hour12 = match self.hour % 12 {
+                0 => 12,
+                h => h,
+            };
             let day_name = DAYS[self.weekday as usize % 7];
             let month_name = MONTHS[(self.month as usize).clamp(1, 12) - 1];
             match d {
@@ -117,7 +120,12 @@ impl DateTime {
                 'w' => out.push_str(&((self.weekday + 1) % 7).to_string()),
                 'u' => out.push_str(&(self.weekday + 1).to_string()),
                 'F' => out.push_str(&format!("{}-{:02}-{:02}", self.year, self.month, self.day)),
-                'D' => out.push_str(&format!("{:02}/{:02}/{:02}", self.month, self.day, self.year.rem_euclid(100))),
+                'D' => out.push_str(&format!(
+                    "{:02}/{:02}/{:02}",
+                    self.month,
+                    self.day,
+                    self.year.rem_euclid(100)
+                )),
                 'T' => out.push_str(&format!("{:02}:{:02}:{:02}", self.hour, self.minute, self.second)),
                 'R' => out.push_str(&format!("{:02}:{:02}", self.hour, self.minute)),
                 'c' => out.push_str(&format!(
@@ -130,7 +138,12 @@ impl DateTime {
                     self.second,
                     self.year
                 )),
-                'x' => out.push_str(&format!("{:02}/{:02}/{:02}", self.month, self.day, self.year.rem_euclid(100))),
+                'x' => out.push_str(&format!(
+                    "{:02}/{:02}/{:02}",
+                    self.month,
+                    self.day,
+                    self.year.rem_euclid(100)
+                )),
                 'X' => out.push_str(&format!("{:02}:{:02}:{:02}", self.hour, self.minute, self.second)),
                 's' => out.push_str(&self.unix.to_string()),
                 'Z' => out.push_str("UTC"),

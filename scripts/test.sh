@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every test: formatting, lints, reference fixtures, the Rust test suite.
+# This is what CI runs (.ci/run) and what the README's test command runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+echo "== reference fixtures (transformers, CPU)"
+stamp=models/reference/.stamp
+want=$(cat scripts/reference*.py | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  python3 scripts/reference.py --out models/reference
+  echo "$want" > "$stamp"
+fi
+
+echo "== cargo fmt / clippy"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+echo "== cargo test"
+cargo test --workspace --release 2>&1 | tee target/test.log
+# Every test binary printed its own result line; fail loudly if none ran.
+grep -q "^test result: ok" target/test.log
