@@ -17,7 +17,7 @@ use crate::ModelArgs;
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The prompt (raw text, or the user message with --chat).
+    /// The prompt (raw text, or the user message with --chat); @file reads a file.
     #[arg(long, short = 'p')]
     pub prompt: Option<String>,
     /// Wrap --prompt in the model's chat template as a user message.
@@ -43,6 +43,10 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Benchmarks: repeat the tokenized prompt cyclically to exactly this many tokens
+    /// (as llama-bench's pp tests use a fixed prompt length).
+    #[arg(long)]
+    pub prompt_tokens: Option<usize>,
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
@@ -78,7 +82,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         tokenizer.encode(&text, false)?
     } else {
         let prompt = args.prompt.as_deref().context("give --prompt or --messages")?;
-        tokenizer.encode(prompt, true)?
+        match prompt.strip_prefix('@') {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+                tokenizer.encode(&text, true)?
+            }
+            None => tokenizer.encode(prompt, true)?,
+        }
+    };
+    let prompt_ids = match args.prompt_tokens {
+        Some(n) if !prompt_ids.is_empty() => prompt_ids.iter().copied().cycle().take(n).collect(),
+        _ => prompt_ids,
     };
     if prompt_ids.is_empty() {
         bail!("the prompt is empty after tokenization");
@@ -163,6 +177,10 @@ fn chat_messages(args: &GenerateArgs) -> Result<Option<Value>> {
         return Ok(None);
     }
     let prompt = args.prompt.as_deref().context("--chat needs --prompt")?;
+    let prompt = match prompt.strip_prefix('@') {
+        Some(path) => &std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
+        None => prompt,
+    };
     let mut messages = Vec::new();
     if let Some(s) = &args.system {
         messages.push(json!({"role": "system", "content": s}));

@@ -84,9 +84,11 @@ impl ModelConfig {
             "LlamaForCausalLM" | "llama" => Architecture::Llama,
             "MistralForCausalLM" | "mistral" => Architecture::Mistral,
             "Qwen2ForCausalLM" | "qwen2" => Architecture::Qwen2,
-            other => return Err(ModelError::Unsupported(format!(
+            other => {
+                return Err(ModelError::Unsupported(format!(
                 "architecture {other:?} (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)"
-            ))),
+            )))
+            }
         };
         let hidden_size = need_usize(v, "hidden_size")?;
         let num_heads = need_usize(v, "num_attention_heads")?;

@@ -113,3 +113,21 @@ fn reads_the_default_model() {
     assert_eq!(f.tensor("blk.0.attn_q.weight").unwrap().format, WeightFormat::Q4_1);
     assert!(f.get_str("tokenizer.chat_template").unwrap().contains("<|im_start|>"));
 }
+
+/// Files written by the `gguf` Python package (the fuzzer's seeds) parse, with
+/// every value and the tokenizer readable.
+#[test]
+fn reads_files_written_by_gguf_py() {
+    let seeds = peregrine_model::testing::workspace_root().join("fuzz/seeds");
+    let f = GgufFile::open(&seeds.join("llama_gpt2.bin")).unwrap();
+    assert_eq!(f.get("t.i8"), Some(&MetaValue::I8(-1)));
+    assert_eq!(f.get("t.i64").and_then(MetaValue::as_i64), Some(-3));
+    assert_eq!(f.get_bool("t.b"), Some(true));
+    assert_eq!(f.tensor("blk.0.attn_q.weight").unwrap().format, WeightFormat::Q8_0);
+    assert_eq!(f.tensor("blk.0.attn_q.weight").unwrap().dims, vec![64, 4]);
+    assert_eq!(f.tensor("blk.0.attn_k.weight").unwrap().format, WeightFormat::F16);
+    let tok = peregrine_model::tokenizer::Tokenizer::from_gguf(&f).unwrap();
+    assert_eq!(tok.encode("ab a", false).unwrap(), vec![3, 5]);
+    let spm = GgufFile::open(&seeds.join("spm.bin")).unwrap();
+    assert_eq!(spm.get_strings("tokenizer.ggml.tokens").unwrap().len(), 7);
+}
