@@ -8,7 +8,8 @@
 
 use rayon::prelude::*;
 
-use super::{dot_f32, Cpu};
+use super::gemm::tile_dots;
+use super::Cpu;
 use crate::quant::{dequantize_row, dot_row, WeightFormat};
 
 /// A read-only view of a 2-D weight: `rows` rows of `cols` values each.
@@ -44,6 +45,8 @@ impl<'a> QMatrix<'a> {
 
 /// Rows per work item: large enough to amortize scheduling, small enough to balance.
 const ROWS_PER_TASK: usize = 16;
+/// Tokens per pass over a row tile: 32 × 1536 f32 is 192 KiB, within L2.
+const TOKENS_PER_BLOCK: usize = 32;
 
 impl Cpu {
     /// out[t, r] = Σ_c x[t, c] · W[r, c]
@@ -68,24 +71,30 @@ impl Cpu {
             });
             return;
         }
+        // Each task owns a tile of rows: dequantize them once into f32, then run the
+        // register-tiled kernel over token blocks small enough to stay in L2.
         let mut scratch = vec![0f32; tiles * ROWS_PER_TASK * n_tok];
         self.install(|| {
             scratch.par_chunks_mut(ROWS_PER_TASK * n_tok).enumerate().for_each(|(tile, block)| {
                 let r0 = tile * ROWS_PER_TASK;
                 let nr = ROWS_PER_TASK.min(w.rows - r0);
-                let mut wrow = vec![0f32; w.cols];
-                for i in 0..nr {
-                    w.dequantize_row_into(r0 + i, &mut wrow);
-                    for t in 0..n_tok {
-                        block[i * n_tok + t] = dot_f32(&wrow, &x[t * w.cols..(t + 1) * w.cols]);
-                    }
+                let mut wtile = vec![0f32; nr * w.cols];
+                for (i, wrow) in wtile.chunks_exact_mut(w.cols).enumerate() {
+                    w.dequantize_row_into(r0 + i, wrow);
+                }
+                // block: [n_tok, nr] for this tile.
+                for t0 in (0..n_tok).step_by(TOKENS_PER_BLOCK) {
+                    let nt = TOKENS_PER_BLOCK.min(n_tok - t0);
+                    let x_blk = &x[t0 * w.cols..(t0 + nt) * w.cols];
+                    tile_dots(&wtile, nr, x_blk, nt, w.cols, &mut block[t0 * nr..], nr);
                 }
             });
         });
         for (t, y) in out.chunks_mut(w.rows).enumerate() {
-            for (r, yr) in y.iter_mut().enumerate() {
-                let (tile, i) = (r / ROWS_PER_TASK, r % ROWS_PER_TASK);
-                *yr = scratch[tile * ROWS_PER_TASK * n_tok + i * n_tok + t];
+            for (tile, dst) in y.chunks_mut(ROWS_PER_TASK).enumerate() {
+                let nr = dst.len();
+                let src = &scratch[tile * ROWS_PER_TASK * n_tok + t * nr..][..nr];
+                dst.copy_from_slice(src);
             }
         }
     }

@@ -2,6 +2,7 @@
 //! work split over a fixed-size thread pool.
 
 mod attention;
+mod gemm;
 mod matmul;
 mod ops;
 mod simd;

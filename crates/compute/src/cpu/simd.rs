@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-fn has_avx2_fma() -> bool {
+pub(super) fn has_avx2_fma() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
@@ -19,35 +19,39 @@ fn has_avx2_fma() -> bool {
     })
 }
 
-/// Eight independent accumulators so the compiler can keep them in one vector
-/// register and the adds do not serialize.
-#[inline(always)]
-fn dot_body(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0f32; 16];
-    let chunks = n / 16;
-    for c in 0..chunks {
-        let (x, y) = (&a[c * 16..c * 16 + 16], &b[c * 16..c * 16 + 16]);
-        for i in 0..16 {
-            acc[i] = x[i].mul_add(y[i], acc[i]);
-        }
-    }
-    let mut s = 0f32;
-    for i in chunks * 16..n {
-        s = a[i].mul_add(b[i], s);
-    }
-    let mut t = [0f32; 8];
-    for i in 0..8 {
-        t[i] = acc[i] + acc[i + 8];
-    }
-    s + ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]))
-}
-
+/// Four independent 8-lane accumulators so consecutive FMAs do not wait on each
+/// other (FMA latency 4, two ports). Written with intrinsics: left to itself LLVM
+/// vectorizes a 16-accumulator loop into 128-bit shuffles.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    dot_body(a, b)
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let x = _mm256_loadu_ps(pa.add(i + 8 * k));
+            let y = _mm256_loadu_ps(pb.add(i + 8 * k));
+            *acc = _mm256_fmadd_ps(x, y, *acc);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
+        i += 8;
+    }
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    let mut sum = _mm_cvtss_f32(h);
+    while i < n {
+        sum = a[i].mul_add(b[i], sum);
+        i += 1;
+    }
+    sum
 }
 
 /// Plain f32 dot product; `mul_add` without FMA hardware is slow, so the
@@ -78,17 +82,22 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     dot_baseline(a, b)
 }
 
-#[inline(always)]
-fn axpy_body(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (yi, xi) in y.iter_mut().zip(x) {
-        *yi = xi.mul_add(alpha, *yi);
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn axpy_avx2(alpha: f32, x: &[f32], y: &mut [f32]) {
-    axpy_body(alpha, x, y)
+    use std::arch::x86_64::*;
+    let n = x.len().min(y.len());
+    let a = _mm256_set1_ps(alpha);
+    let mut i = 0;
+    while i + 8 <= n {
+        let yp = y.as_mut_ptr().add(i);
+        _mm256_storeu_ps(yp, _mm256_fmadd_ps(_mm256_loadu_ps(x.as_ptr().add(i)), a, _mm256_loadu_ps(yp)));
+        i += 8;
+    }
+    while i < n {
+        y[i] = x[i].mul_add(alpha, y[i]);
+        i += 1;
+    }
 }
 
 /// y += alpha · x
