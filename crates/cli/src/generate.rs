@@ -119,7 +119,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 
     let mut generated: Vec<u32> = Vec::new();
     let mut next = sampler.sample(&logits);
-    let mut printed = String::new();
+    let (mut prefix_offset, mut read_offset) = (0usize, 0usize);
     let mut stdout = std::io::stdout().lock();
     let t1 = Instant::now();
     loop {
@@ -127,12 +127,16 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             break;
         }
         generated.push(next);
-        // Print the newly completed text; hold back a trailing partial UTF-8 character.
-        let text = tokenizer.decode(&generated, true)?;
-        if !text.ends_with('\u{FFFD}') && text.starts_with(&printed) {
-            stdout.write_all(&text.as_bytes()[printed.len()..])?;
+        // TGI's incremental decoding: decode a short window of recent tokens and print
+        // what it adds beyond the already-printed prefix; hold back a trailing
+        // partial UTF-8 character (U+FFFD) until the next token completes it.
+        let prefix = tokenizer.decode(&generated[prefix_offset..read_offset], true)?;
+        let text = tokenizer.decode(&generated[prefix_offset..], true)?;
+        if text.len() > prefix.len() && !text.ends_with('\u{FFFD}') && text.is_char_boundary(prefix.len()) {
+            stdout.write_all(&text.as_bytes()[prefix.len()..])?;
             stdout.flush()?;
-            printed = text;
+            prefix_offset = read_offset;
+            read_offset = generated.len();
         }
         if generated.len() >= args.max_tokens {
             break;

@@ -1,13 +1,16 @@
 //! Finding a model: a GGUF file, a Hugging Face directory, or a hub id
-//! (`org/name[@revision]`) looked up in the standard Hugging Face cache.
+//! (`org/name[:QUANT][@revision]`, see [`HubSpec`]) looked up in the standard Hugging Face
+//! cache and, when it is not there, downloaded into it (see [`crate::hub`]).
 //!
 //! Cache layout (huggingface_hub): `$HF_HUB_CACHE` or `$HF_HOME/hub` or
 //! `~/.cache/huggingface/hub`, then `models--{org}--{name}/refs/{revision}` holding a
 //! commit hash and `snapshots/{commit}/` holding the files (links into `blobs/`).
-//! Machines without access to the hub must point at a local path; the error says so.
+//! A complete cached snapshot is used without touching the network. Offline
+//! (`HF_HUB_OFFLINE=1`) nothing is downloaded and the error says how to get the model.
 
 use std::path::{Path, PathBuf};
 
+use crate::hub::{self, HubConfig, HubSpec};
 use crate::ModelError;
 
 /// What kind of model a path holds.
@@ -27,22 +30,76 @@ impl ModelSource {
     }
 }
 
-/// Resolves a model argument: a path to a file or directory, else a hub id in the cache.
+/// Resolves a model argument: a path to a file or directory, else a hub id, from the
+/// cache or downloaded into it, with the hub configuration of the environment.
 pub fn resolve(spec: &str) -> Result<ModelSource, ModelError> {
+    resolve_with(spec, &HubConfig::from_env())
+}
+
+/// [`resolve`] with an explicit hub configuration.
+pub fn resolve_with(spec: &str, hub: &HubConfig) -> Result<ModelSource, ModelError> {
     let path = Path::new(spec);
     if path.exists() {
         return classify(path);
     }
-    if let Some((repo, revision)) = parse_hub_id(spec) {
-        let cache = hub_cache_dir();
-        return match snapshot_dir(&cache, repo, revision) {
-            Some(dir) => classify(&dir),
-            None => Err(ModelError::NotFound(not_cached_message(spec, repo, revision, &cache))),
-        };
+    if let Some(id) = HubSpec::parse(spec) {
+        if let Some(found) = cached(&hub.cache_dir, &id)? {
+            return Ok(found);
+        }
+        if hub.offline {
+            return Err(ModelError::NotFound(not_cached_message(
+                spec,
+                &id.repo,
+                &id.revision,
+                &hub.cache_dir,
+            )));
+        }
+        return hub::download(&id, hub);
     }
     Err(ModelError::NotFound(format!(
         "{spec}: no such file or directory (give a .gguf file, a Hugging Face model directory, or a hub id org/name)"
     )))
+}
+
+/// The model `id` names in the cache, if its snapshot is there and complete: for a
+/// safetensors model `config.json` (written last by [`hub::download`]) and every shard of
+/// the index; for a GGUF model the file `:QUANT` picks, or the only one.
+fn cached(cache: &Path, id: &HubSpec) -> Result<Option<ModelSource>, ModelError> {
+    let Some(dir) = snapshot_dir(cache, &id.repo, &id.revision) else { return Ok(None) };
+    if id.quant.is_none() && dir.join("config.json").exists() {
+        let index = dir.join("model.safetensors.index.json");
+        let complete = !index.exists()
+            || crate::weights::safetensors_files(&dir).is_ok_and(|f| f.iter().all(|f| f.exists()));
+        return Ok(complete.then_some(ModelSource::HfDir(dir)));
+    }
+    let mut ggufs = Vec::new();
+    gguf_files(&dir, "", &mut ggufs);
+    let names: Vec<&str> = ggufs.iter().map(String::as_str).collect();
+    match hub::pick_gguf(&names, id.quant.as_deref()) {
+        Ok(Some(name)) => Ok(Some(ModelSource::Gguf(dir.join(name)))),
+        Ok(None) => Ok(None),
+        Err(many) => Err(ModelError::NotFound(format!(
+            "model {id}: {} .gguf files in {}, {}: {}",
+            many.len(),
+            dir.display(),
+            if id.quant.is_some() { "be more specific" } else { "pick one with a suffix such as :Q4_K_M" },
+            many.join(", ")
+        ))),
+    }
+}
+
+/// The `.gguf` files (that exist, through their links) under `dir`, as relative names.
+fn gguf_files(dir: &Path, prefix: &str, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let (path, name) = (e.path(), e.file_name().to_string_lossy().into_owned());
+        if path.is_dir() && prefix.matches('/').count() < 4 {
+            gguf_files(&path, &format!("{prefix}{name}/"), out);
+        } else if path.is_file() && name.to_ascii_lowercase().ends_with(".gguf") {
+            out.push(format!("{prefix}{name}"));
+        }
+    }
+    out.sort();
 }
 
 fn classify(path: &Path) -> Result<ModelSource, ModelError> {
@@ -81,34 +138,19 @@ fn is_gguf(path: &Path) -> bool {
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
 }
 
-/// `org/name` or `org/name@revision` (revision defaults to `main`).
-pub fn parse_hub_id(spec: &str) -> Option<(&str, &str)> {
-    let (repo, revision) = spec.split_once('@').unwrap_or((spec, "main"));
-    let (org, name) = repo.split_once('/')?;
-    let ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    (ok(org) && ok(name) && !revision.is_empty() && !spec.starts_with('.')).then_some((repo, revision))
+/// `org/name[:QUANT][@revision]` as `(repo, revision)` (revision defaults to `main`).
+pub fn parse_hub_id(spec: &str) -> Option<(String, String)> {
+    HubSpec::parse(spec).map(|id| (id.repo, id.revision))
 }
 
 /// The hub cache directory, as huggingface_hub computes it.
 pub fn hub_cache_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("HF_HUB_CACHE").or_else(|| std::env::var_os("HUGGINGFACE_HUB_CACHE")) {
-        return PathBuf::from(p);
-    }
-    if let Some(home) = std::env::var_os("HF_HOME") {
-        return PathBuf::from(home).join("hub");
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    base.join("huggingface").join("hub")
+    HubConfig::from_env().cache_dir
 }
 
 /// Whether the user asked for no network (`HF_HUB_OFFLINE` / `TRANSFORMERS_OFFLINE`).
 pub fn hub_offline() -> bool {
-    ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"].iter().any(|k| {
-        std::env::var(k).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
-    })
+    HubConfig::from_env().offline
 }
 
 /// The snapshot folder of `repo` at `revision` (a branch or tag under `refs/`, or a
@@ -124,17 +166,11 @@ pub fn snapshot_dir(cache: &Path, repo: &str, revision: &str) -> Option<PathBuf>
 }
 
 fn not_cached_message(spec: &str, repo: &str, revision: &str, cache: &Path) -> String {
-    let why = if hub_offline() {
-        "offline mode is on (HF_HUB_OFFLINE), so it cannot be downloaded".to_string()
-    } else {
-        "downloading from the Hugging Face hub is not available in this build of Peregrine \
-         (and the hub may not be reachable from this machine)"
-            .to_string()
-    };
     format!(
-        "model {spec}: {repo} at revision {revision} is not in the Hugging Face cache at {} and {why}. \
-         Download it on a machine with access (e.g. `huggingface-cli download {repo}`) and copy the cache, \
-         or pass a local path: a .gguf file or a directory with config.json and *.safetensors.",
+        "model {spec}: {repo} at revision {revision} is not in the Hugging Face cache at {} and offline mode \
+         is on (HF_HUB_OFFLINE), so it cannot be downloaded. Unset HF_HUB_OFFLINE, or download it on a machine \
+         with access (e.g. `huggingface-cli download {repo}`) and copy the cache, or pass a local path: \
+         a .gguf file or a directory with config.json and *.safetensors.",
         cache.display()
     )
 }
@@ -145,14 +181,19 @@ mod tests {
 
     #[test]
     fn parses_hub_ids() {
+        let id = |r: &str, v: &str| Some((r.to_string(), v.to_string()));
         assert_eq!(
             parse_hub_id("HuggingFaceTB/SmolLM2-135M-Instruct"),
-            Some(("HuggingFaceTB/SmolLM2-135M-Instruct", "main"))
+            id("HuggingFaceTB/SmolLM2-135M-Instruct", "main")
         );
-        assert_eq!(parse_hub_id("meta-llama/Llama-3.1-8B@v1.0"), Some(("meta-llama/Llama-3.1-8B", "v1.0")));
+        assert_eq!(parse_hub_id("meta-llama/Llama-3.1-8B@v1.0"), id("meta-llama/Llama-3.1-8B", "v1.0"));
+        assert_eq!(parse_hub_id("org/m-GGUF:Q4_K_M"), id("org/m-GGUF", "main"));
         assert_eq!(parse_hub_id("models/x/y"), None);
         assert_eq!(parse_hub_id("./a/b"), None);
         assert_eq!(parse_hub_id("noslash"), None);
+        // Mistyped local paths are not sent to the hub.
+        assert_eq!(parse_hub_id("models/SmolLM2-135M-Instruct.Q4_1.gguf"), None);
+        assert_eq!(parse_hub_id("dir/config.json"), None);
     }
 
     #[test]

@@ -77,8 +77,8 @@ unsafe fn tile_avx2<const NT: usize, const NR: usize>(
         }
         for r in 0..NR {
             let wv = _mm256_loadu_ps(w.add(r * cols + k));
-            for t in 0..NT {
-                acc[t][r] = _mm256_fmadd_ps(wv, xv[t], acc[t][r]);
+            for (acc_t, &xt) in acc.iter_mut().zip(&xv) {
+                acc_t[r] = _mm256_fmadd_ps(wv, xt, acc_t[r]);
             }
         }
         k += 8;
