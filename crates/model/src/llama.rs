@@ -138,9 +138,10 @@ impl Llama {
         for (li, layer) in self.layers.iter().enumerate() {
             // --- attention block: x += Wo · attn(rope(Wq·xn), rope(Wk·xn), Wv·xn)
             rms_norm(&x, &layer.attn_norm, c.rms_norm_eps, &mut xn);
-            cpu.matmul(&layer.wq.matrix(), &xn, &mut q);
-            cpu.matmul(&layer.wk.matrix(), &xn, &mut k);
-            cpu.matmul(&layer.wv.matrix(), &xn, &mut v);
+            cpu.matmul_group(
+                &xn,
+                &mut [(layer.wq.matrix(), &mut q), (layer.wk.matrix(), &mut k), (layer.wv.matrix(), &mut v)],
+            );
             for (buf, b) in [(&mut q, &layer.bias_q), (&mut k, &layer.bias_k), (&mut v, &layer.bias_v)] {
                 if let Some(b) = b {
                     buf.chunks_exact_mut(b.len()).for_each(|row| add_in_place(row, b));
@@ -173,8 +174,7 @@ impl Llama {
 
             // --- feed-forward block: x += W_down · (silu(W_gate·xn) ⊙ W_up·xn)
             rms_norm(&x, &layer.ffn_norm, c.rms_norm_eps, &mut xn);
-            cpu.matmul(&layer.w_gate.matrix(), &xn, &mut gate);
-            cpu.matmul(&layer.w_up.matrix(), &xn, &mut up);
+            cpu.matmul_group(&xn, &mut [(layer.w_gate.matrix(), &mut gate), (layer.w_up.matrix(), &mut up)]);
             let act = &mut gate; // silu(gate) ⊙ up, in place of gate
             silu_mul(&act.clone(), &up, act);
             cpu.matmul(&layer.w_down.matrix(), act, &mut proj);

@@ -276,3 +276,14 @@ fn hf_config_variants() {
     assert!(err.is_err_and(|e| e.to_string().contains("chat_template")));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Malformed templates (e.g. from a damaged GGUF) are errors, never panics.
+/// "{%}" is the input the fuzzer found: its "%}" overlaps the opening "{%".
+#[test]
+fn malformed_templates_are_errors() {
+    for src in ["{%}{ m['content'] }}{% endfor %}", "{%", "{% if %}", "{{", "{% generation", "{%-}"] {
+        if let Ok(t) = ChatTemplate::new(src, None, None) {
+            assert!(t.render(&json!([]), false, None).is_err() || src.is_empty(), "{src:?} rendered");
+        }
+    }
+}

@@ -49,6 +49,33 @@ const ROWS_PER_TASK: usize = 16;
 const TOKENS_PER_BLOCK: usize = 32;
 
 impl Cpu {
+    /// Several matmuls of the same input (Q/K/V, gate/up) as one parallel region:
+    /// one dispatch to the pool instead of one per weight, which matters at batch 1
+    /// where each matmul is only tens of microseconds.
+    pub fn matmul_group(&self, x: &[f32], jobs: &mut [(QMatrix<'_>, &mut [f32])]) {
+        let single_token = jobs.iter().all(|(w, _)| x.len() == w.cols);
+        if !single_token {
+            for (w, out) in jobs.iter_mut() {
+                self.matmul(w, x, out);
+            }
+            return;
+        }
+        let mut tasks: Vec<(QMatrix<'_>, usize, &mut [f32])> = Vec::new();
+        for (w, out) in jobs.iter_mut() {
+            assert_eq!(out.len(), w.rows, "out is not [1, {}]", w.rows);
+            for (tile, y) in out.chunks_mut(ROWS_PER_TASK).enumerate() {
+                tasks.push((*w, tile * ROWS_PER_TASK, y));
+            }
+        }
+        self.install(|| {
+            tasks.into_par_iter().for_each(|(w, r0, y)| {
+                for (i, yi) in y.iter_mut().enumerate() {
+                    *yi = dot_row(w.format, w.row(r0 + i), x);
+                }
+            });
+        });
+    }
+
     /// out[t, r] = Σ_c x[t, c] · W[r, c]
     pub fn matmul(&self, w: &QMatrix<'_>, x: &[f32], out: &mut [f32]) {
         let n_tok = x.len() / w.cols;

@@ -267,7 +267,8 @@ fn rewrite_generation_tags(src: &str) -> String {
     while let Some(start) = rest.find("{%") {
         out.push_str(&rest[..start]);
         let tag = &rest[start..];
-        let Some(end) = tag.find("%}") else {
+        // Search past the opening "{%": in "{%}" the "%}" overlaps it (found by the fuzzer).
+        let Some(end) = tag[2..].find("%}").map(|e| e + 2) else {
             out.push_str(tag);
             return out;
         };
