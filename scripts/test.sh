@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The independent reference (DESIGN.md §6): transformers on CPU torch, from PyPI.
+python3 -m pip install -q --disable-pip-version-check \
+  torch "transformers==5.23.*" accelerate gguf sentencepiece protobuf numpy safetensors tokenizers
 
 echo "== reference fixtures (transformers, CPU)"
 stamp=models/reference/.stamp

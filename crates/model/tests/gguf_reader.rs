@@ -131,3 +131,19 @@ fn reads_files_written_by_gguf_py() {
     let spm = GgufFile::open(&seeds.join("spm.bin")).unwrap();
     assert_eq!(spm.get_strings("tokenizer.ggml.tokens").unwrap().len(), 7);
 }
+
+/// Every fuzz seed, including inputs that once crashed, loads or fails cleanly.
+#[test]
+fn fuzz_seeds_and_regressions_never_panic() {
+    let seeds = peregrine_model::testing::workspace_root().join("fuzz/seeds");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&seeds).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        if let Ok(f) = parse(bytes) {
+            let _ = peregrine_model::config::ModelConfig::from_gguf(&f);
+            let _ = peregrine_model::tokenizer::Tokenizer::from_gguf(&f);
+        }
+        n += 1;
+    }
+    assert!(n >= 3, "expected the seed corpus in {}", seeds.display());
+}
