@@ -7,7 +7,8 @@
 //! hd = head dim, nh / nkv = query / key-value heads, ff = intermediate size.
 
 use peregrine_compute::cpu::{
-    add_in_place, attention_one, rms_norm, rope_in_place, silu_mul, AttentionShape, Cpu, RopeStyle, RopeTable,
+    add_in_place, attention_head, rms_norm, rope_in_place, silu_mul, AttentionShape, Cpu, RopeStyle,
+    RopeTable,
 };
 use rayon::prelude::*;
 
@@ -160,13 +161,15 @@ impl Llama {
             }
             // Every token of the batch is in its cache now; each attends to 0..=pos.
             let caches_ro: &[SequenceCache] = caches;
+            // One task per (token, head): a lone decode token still uses every thread.
             cpu.install(|| {
-                attn.par_chunks_mut(q_dim).enumerate().for_each(|(i, out)| {
-                    let cache = &caches_ro[batch.seq[i]];
-                    let n_ctx = batch.positions[i] + 1;
+                attn.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
+                    let (t, h) = (i / c.num_heads, i % c.num_heads);
+                    let cache = &caches_ro[batch.seq[t]];
+                    let n_ctx = batch.positions[t] + 1;
                     let mut scores = vec![0f32; n_ctx];
-                    let qi = &q[i * q_dim..(i + 1) * q_dim];
-                    attention_one(shape, qi, &cache.k[li], &cache.v[li], n_ctx, scale, &mut scores, out);
+                    let qh = &q[t * q_dim + h * hd..][..hd];
+                    attention_head(shape, h, qh, &cache.k[li], &cache.v[li], n_ctx, scale, &mut scores, out);
                 });
             });
             cpu.matmul(&layer.wo.matrix(), &attn, &mut proj);

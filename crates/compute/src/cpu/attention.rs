@@ -25,22 +25,37 @@ pub fn attention_one(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    let hd = shape.head_dim;
+    for h in 0..shape.n_heads {
+        let (qh, oh) = (&q[h * hd..(h + 1) * hd], &mut out[h * hd..(h + 1) * hd]);
+        attention_head(shape, h, qh, k, v, n_ctx, scale, scores, oh);
+    }
+}
+
+/// One query head `h` of [`attention_one`]: q, out: [head_dim]. Separate so a
+/// single decode token can spread its heads over threads.
+#[allow(clippy::too_many_arguments)] // the kernel's operands, each a distinct tensor
+pub fn attention_head(
+    shape: AttentionShape,
+    h: usize,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_ctx: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
     let AttentionShape { n_heads, n_kv_heads, head_dim } = shape;
-    let group = n_heads / n_kv_heads;
+    let kvh = h / (n_heads / n_kv_heads);
     let kv_stride = n_kv_heads * head_dim;
     let scores = &mut scores[..n_ctx];
-    for h in 0..n_heads {
-        let kvh = h / group;
-        let qh = &q[h * head_dim..(h + 1) * head_dim];
-        for (j, s) in scores.iter_mut().enumerate() {
-            let kj = &k[j * kv_stride + kvh * head_dim..][..head_dim];
-            *s = dot_f32(qh, kj) * scale;
-        }
-        softmax_in_place(scores);
-        let oh = &mut out[h * head_dim..(h + 1) * head_dim];
-        oh.fill(0.0);
-        for (j, &p) in scores.iter().enumerate() {
-            axpy(p, &v[j * kv_stride + kvh * head_dim..][..head_dim], oh);
-        }
+    for (j, s) in scores.iter_mut().enumerate() {
+        *s = dot_f32(q, &k[j * kv_stride + kvh * head_dim..][..head_dim]) * scale;
+    }
+    softmax_in_place(scores);
+    out.fill(0.0);
+    for (j, &p) in scores.iter().enumerate() {
+        axpy(p, &v[j * kv_stride + kvh * head_dim..][..head_dim], out);
     }
 }
