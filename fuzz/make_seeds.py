@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the fuzzer's seed corpus: small GGUF files (named .bin so no one takes
+"""Writes the fuzzer's seed corpus: small GGUF files (named .seed so no one takes
 them for models) with every metadata type, a tokenizer and tensors of several
 formats. Requires the `gguf` and `numpy` packages."""
 import pathlib
@@ -53,6 +53,6 @@ def spm(w):
     w.add_token_types([2, 3, 3, 6, 1, 1, 1])
     w.add_add_space_prefix(True)
 
-write("llama_gpt2.bin", llama)
-write("spm.bin", spm)
+write("llama_gpt2.seed", llama)
+write("spm.seed", spm)
 print(sorted(p.name for p in out.iterdir()))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reference as R  # noqa: E402  (sets the offline environment on import)
+import reference_common as RC  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -46,7 +47,7 @@ def main():
     ref = json.load(open(d / "reference.json", encoding="utf-8"))
     if ref["format"] == "gguf":
         p = Path(ref["model_path"])
-        model = R.gguf_model(p if p.is_absolute() else (d / p).resolve())
+        model = RC.gguf_model(p if p.is_absolute() else (d / p).resolve())
     else:
         model = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32, attn_implementation="sdpa").eval()
     vocab, eos = ref["vocab_size"], ref["eos_token_ids"]

@@ -119,7 +119,7 @@ fn reads_the_default_model() {
 #[test]
 fn reads_files_written_by_gguf_py() {
     let seeds = peregrine_model::testing::workspace_root().join("fuzz/seeds");
-    let f = GgufFile::open(&seeds.join("llama_gpt2.bin")).unwrap();
+    let f = GgufFile::open(&seeds.join("llama_gpt2.seed")).unwrap();
     assert_eq!(f.get("t.i8"), Some(&MetaValue::I8(-1)));
     assert_eq!(f.get("t.i64").and_then(MetaValue::as_i64), Some(-3));
     assert_eq!(f.get_bool("t.b"), Some(true));
@@ -128,7 +128,7 @@ fn reads_files_written_by_gguf_py() {
     assert_eq!(f.tensor("blk.0.attn_k.weight").unwrap().format, WeightFormat::F16);
     let tok = peregrine_model::tokenizer::Tokenizer::from_gguf(&f).unwrap();
     assert_eq!(tok.encode("ab a", false).unwrap(), vec![3, 5]);
-    let spm = GgufFile::open(&seeds.join("spm.bin")).unwrap();
+    let spm = GgufFile::open(&seeds.join("spm.seed")).unwrap();
     assert_eq!(spm.get_strings("tokenizer.ggml.tokens").unwrap().len(), 7);
 }
 
