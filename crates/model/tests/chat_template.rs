@@ -1,43 +1,9 @@
 //! Chat templates against transformers' `apply_chat_template` (fixtures of
 //! `scripts/reference.py`), and the Jinja2/Python behaviours templates rely on.
 
-use std::path::{Path, PathBuf};
-
-use peregrine_model::gguf::GgufFile;
-use peregrine_model::testing::reference_dir;
+use peregrine_model::testing::{load_reference, tokenizers_for};
 use peregrine_model::tokenizer::{ChatTemplate, ChatTemplateError, Tokenizer};
 use serde_json::{json, Map, Value};
-
-fn load_reference(name: &str) -> (PathBuf, Value) {
-    let dir = reference_dir(name);
-    let path = dir.join("reference.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "missing fixture {} ({e}): run `python3 scripts/reference.py` to write models/reference/",
-            path.display()
-        )
-    });
-    (dir, serde_json::from_str(&text).expect("reference.json is valid JSON"))
-}
-
-fn tokenizers_for(dir: &Path, reference: &Value) -> Vec<(String, Tokenizer)> {
-    let mut out = Vec::new();
-    if reference["format"] == "gguf" {
-        let model_path = dir.join(reference["model_path"].as_str().expect("model_path"));
-        let gguf = GgufFile::open(&model_path).unwrap_or_else(|e| panic!("{}: {e}", model_path.display()));
-        out.push((format!("GGUF {}", model_path.display()), Tokenizer::from_gguf(&gguf).expect("from_gguf")));
-    }
-    let json = dir.join("tokenizer.json");
-    if json.is_file() {
-        let config = dir.join("tokenizer_config.json");
-        let config = config.is_file().then_some(config);
-        out.push((
-            format!("HF {}", json.display()),
-            Tokenizer::from_file(&json, config.as_deref()).expect("from_file"),
-        ));
-    }
-    out
-}
 
 fn check_chat(name: &str) {
     let (dir, reference) = load_reference(name);

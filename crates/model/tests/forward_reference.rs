@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use peregrine_compute::cpu::Cpu;
 use peregrine_model::llama::Batch;
 use peregrine_model::load::{LoadFormat, Model};
-use peregrine_model::testing::reference_dir;
+use peregrine_model::testing::load_reference;
 use serde_json::Value;
 
 const ATOL: f32 = 1e-3;
@@ -35,11 +35,7 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn load_reference(name: &str) -> (Model, Vec<Case>, Vec<u32>) {
-    let dir = reference_dir(name);
-    let json_path = dir.join("reference.json");
-    let text = std::fs::read_to_string(&json_path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run `python3 scripts/reference.py` first", json_path.display()));
-    let r: Value = serde_json::from_str(&text).unwrap();
+    let (dir, r) = load_reference(name);
     let mp = PathBuf::from(r["model_path"].as_str().unwrap());
     let model_path = if mp.is_absolute() { mp } else { dir.join(mp) };
     let model = Model::load(model_path.to_str().unwrap(), LoadFormat::Auto).expect("model loads");

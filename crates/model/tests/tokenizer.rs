@@ -1,13 +1,13 @@
 //! The tokenizer against transformers (fixtures of `scripts/reference.py`), and on small
 //! hand-made vocabularies and damaged metadata.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use peregrine_model::gguf::writer::GgufWriter;
 use peregrine_model::gguf::{type_id, GgufFile, MetaArray, MetaValue};
 use peregrine_model::storage::Storage;
-use peregrine_model::testing::reference_dir;
+use peregrine_model::testing::{load_reference, reference_dir, tokenizers_for};
 use peregrine_model::tokenizer::byte_map::{byte_to_char, char_to_byte, parse_byte_token};
 use peregrine_model::tokenizer::gguf_spm::generate_merges;
 use peregrine_model::tokenizer::{ByteEncoding, Tokenizer, TokenizerError};
@@ -19,37 +19,6 @@ const REFERENCE_MODELS: [&str; 5] =
 // ---------------------------------------------------------------------------------------------
 // Fixtures
 // ---------------------------------------------------------------------------------------------
-
-fn load_reference(name: &str) -> (PathBuf, Value) {
-    let dir = reference_dir(name);
-    let path = dir.join("reference.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "missing fixture {} ({e}): run `python3 scripts/reference.py` to write models/reference/",
-            path.display()
-        )
-    });
-    (dir, serde_json::from_str(&text).expect("reference.json is valid JSON"))
-}
-
-/// Every tokenizer the fixture folder describes: the GGUF's, and the HF files' where present.
-fn tokenizers_for(dir: &Path, reference: &Value) -> Vec<(String, Tokenizer)> {
-    let mut out = Vec::new();
-    if reference["format"] == "gguf" {
-        let model_path = dir.join(reference["model_path"].as_str().expect("model_path"));
-        let gguf = GgufFile::open(&model_path).unwrap_or_else(|e| panic!("{}: {e}", model_path.display()));
-        out.push((format!("GGUF {}", model_path.display()), Tokenizer::from_gguf(&gguf).expect("from_gguf")));
-    }
-    let json = dir.join("tokenizer.json");
-    if json.is_file() {
-        let config = dir.join("tokenizer_config.json");
-        let config = config.is_file().then_some(config);
-        let tok = Tokenizer::from_file(&json, config.as_deref()).expect("from_file");
-        out.push((format!("HF {}", json.display()), tok));
-    }
-    assert!(!out.is_empty(), "{}: no tokenizer (no GGUF, no tokenizer.json)", dir.display());
-    out
-}
 
 /// `generation_config.json`'s `eos_token_id` (a number or a list), as the engine passes it in.
 fn generation_eos(dir: &Path) -> Vec<u32> {

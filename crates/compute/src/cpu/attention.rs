@@ -10,30 +10,10 @@ pub struct AttentionShape {
     pub head_dim: usize,
 }
 
-/// out[h] = Σ_j softmax_j(q[h]·k[j, h/g] · scale) · v[j, h/g] for j in 0..n_ctx
-///
-/// q: [n_heads, head_dim]; k, v: [n_ctx, n_kv_heads, head_dim]; out: [n_heads, head_dim];
-/// `scores`: scratch of at least n_ctx.
-#[allow(clippy::too_many_arguments)] // the kernel's operands, each a distinct tensor
-pub fn attention_one(
-    shape: AttentionShape,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    n_ctx: usize,
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    let hd = shape.head_dim;
-    for h in 0..shape.n_heads {
-        let (qh, oh) = (&q[h * hd..(h + 1) * hd], &mut out[h * hd..(h + 1) * hd]);
-        attention_head(shape, h, qh, k, v, n_ctx, scale, scores, oh);
-    }
-}
-
-/// One query head `h` of [`attention_one`]: q, out: [head_dim]. Separate so a
-/// single decode token can spread its heads over threads.
+/// Query head `h` of one token over its sequence's cached keys and values:
+/// out = Σ_j softmax_j(q·k[j, h/g] · scale) · v[j, h/g] for j in 0..n_ctx, g = n_heads / n_kv_heads.
+/// q, out: [head_dim]; k, v: [n_ctx, n_kv_heads, head_dim]; `scores`: scratch of at least n_ctx.
+/// One call per (token, head) so even a single decode token spreads over the threads.
 #[allow(clippy::too_many_arguments)] // the kernel's operands, each a distinct tensor
 pub fn attention_head(
     shape: AttentionShape,
