@@ -34,7 +34,7 @@ fn ids(v: &Value) -> Vec<u32> {
     v.as_array().expect("id list").iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
 
-fn load_reference(name: &str) -> (Model, Vec<Case>, Vec<u32>) {
+fn load_model_and_cases(name: &str) -> (Model, Vec<Case>, Vec<u32>) {
     let (dir, r) = load_reference(name);
     let mp = PathBuf::from(r["model_path"].as_str().unwrap());
     let model_path = if mp.is_absolute() { mp } else { dir.join(mp) };
@@ -82,7 +82,7 @@ fn argmax(x: &[f32], eos: &[u32]) -> usize {
 }
 
 fn check_model(name: &str) {
-    let (model, cases, eos) = load_reference(name);
+    let (model, cases, eos) = load_model_and_cases(name);
     let cpu = Cpu::new(2);
     let vocab = model.config.vocab_size;
     let mut worst = 0f32;
