@@ -1,4 +1,5 @@
 //! The engine: requests, sampling, and (from the engine issue on) the scheduler,
 //! paged KV cache and engine loop. See docs/architecture.md.
 
+pub mod block_manager;
 pub mod sampler;
