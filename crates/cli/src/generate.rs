@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use peregrine_compute::cpu::Cpu;
+use peregrine_engine::detokenizer::Detokenizer;
 use peregrine_engine::sampler::{Sampler, SamplingParams};
 use peregrine_model::llama::Batch;
 use peregrine_model::load::Model;
@@ -119,7 +120,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 
     let mut generated: Vec<u32> = Vec::new();
     let mut next = sampler.sample(&logits);
-    let (mut prefix_offset, mut read_offset) = (0usize, 0usize);
+    let mut detok = Detokenizer::new(tokenizer, Vec::new(), true);
     let mut stdout = std::io::stdout().lock();
     let t1 = Instant::now();
     loop {
@@ -127,17 +128,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             break;
         }
         generated.push(next);
-        // TGI's incremental decoding: decode a short window of recent tokens and print
-        // what it adds beyond the already-printed prefix; hold back a trailing
-        // partial UTF-8 character (U+FFFD) until the next token completes it.
-        let prefix = tokenizer.decode(&generated[prefix_offset..read_offset], true)?;
-        let text = tokenizer.decode(&generated[prefix_offset..], true)?;
-        if text.len() > prefix.len() && !text.ends_with('\u{FFFD}') && text.is_char_boundary(prefix.len()) {
-            stdout.write_all(&text.as_bytes()[prefix.len()..])?;
-            stdout.flush()?;
-            prefix_offset = read_offset;
-            read_offset = generated.len();
-        }
+        let delta = detok.push(next);
+        stdout.write_all(delta.text.as_bytes())?;
+        stdout.flush()?;
         if generated.len() >= args.max_tokens {
             break;
         }
@@ -150,6 +143,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         next = sampler.sample(&logits);
     }
     let decode_s = t1.elapsed().as_secs_f64();
+    stdout.write_all(detok.finish().as_bytes())?;
     writeln!(stdout)?;
     // Tokens after the first come from decode steps; the first came with the prefill.
     let decode_steps = generated.len().saturating_sub(1);

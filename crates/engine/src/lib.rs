@@ -2,4 +2,5 @@
 //! paged KV cache and engine loop. See docs/architecture.md.
 
 pub mod block_manager;
+pub mod detokenizer;
 pub mod sampler;
