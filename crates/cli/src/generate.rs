@@ -39,6 +39,19 @@ pub struct GenerateArgs {
     pub top_k: usize,
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
+    /// Keep tokens with probability ≥ min_p · the most likely one's (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Locally typical sampling mass (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub typical_p: f32,
+    /// > 1 discourages tokens of the prompt and output (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
     #[arg(long)]
     pub seed: Option<u64>,
     /// Keep generating past end-of-sequence tokens.
@@ -55,7 +68,13 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         temperature: args.temperature,
         top_k: args.top_k,
         top_p: args.top_p,
+        min_p: args.min_p,
+        typical_p: args.typical_p,
+        repetition_penalty: args.repetition_penalty,
+        frequency_penalty: args.frequency_penalty,
+        presence_penalty: args.presence_penalty,
         seed: args.seed,
+        logit_bias: Vec::new(),
     };
     if let Err(e) = params.validate() {
         bail!("{e}");
@@ -99,7 +118,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("the prompt is empty after tokenization");
     }
 
-    let mut sampler = Sampler::new(params);
+    let mut sampler = Sampler::with_prompt(params, &prompt_ids);
     let mut caches = vec![model.llama.new_cache()];
     let n_prompt = prompt_ids.len();
 
