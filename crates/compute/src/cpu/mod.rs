@@ -3,11 +3,13 @@
 
 mod attention;
 mod gemm;
+mod kv_pool;
 mod matmul;
 mod ops;
 mod simd;
 
 pub use attention::{attention_head, AttentionShape};
+pub use kv_pool::KvPool;
 pub use matmul::QMatrix;
 pub use ops::{add_in_place, rms_norm, rope_in_place, silu_mul, softmax_in_place, RopeStyle, RopeTable};
 pub use simd::{axpy, dot_f32};
