@@ -19,17 +19,9 @@ Models written under <out>/<name>/ (each with a reference.json):
 Everything is deterministic (fixed seeds, fixed thread count); nothing touches the network.
 """
 
-import os
-
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["HF_DATASETS_OFFLINE"] = "1"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
-from reference_common import *  # noqa: E402,F401,F403
-from reference_spm import build_tiny_spm_gguf  # noqa: E402
+# reference_common sets the offline environment before it imports transformers.
+from reference_common import *  # noqa: F401,F403
+from reference_spm import build_tiny_spm_gguf
 
 # --------------------------------------------------------------------------------------------------
 # SmolLM2 (real GGUF)

@@ -95,14 +95,9 @@ impl Model {
         };
         let mut eos_token_ids = tokenizer.as_ref().map(Tokenizer::eos_token_ids).unwrap_or_default();
         let gen_path = dir.join("generation_config.json");
-        if gen_path.is_file() {
-            for id in eos_ids(read_json(&gen_path)?.get("eos_token_id")) {
-                if !eos_token_ids.contains(&id) {
-                    eos_token_ids.push(id);
-                }
-            }
-        }
-        for id in eos_ids(config_json.get("eos_token_id")) {
+        let gen_eos =
+            if gen_path.is_file() { eos_ids(read_json(&gen_path)?.get("eos_token_id")) } else { Vec::new() };
+        for id in gen_eos.into_iter().chain(eos_ids(config_json.get("eos_token_id"))) {
             if !eos_token_ids.contains(&id) {
                 eos_token_ids.push(id);
             }

@@ -26,16 +26,34 @@ pub fn attention_head(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    attention_rows(shape, h, q, k, v, n_ctx, |j| j, scale, scores, out)
+}
+
+/// The kernel behind contiguous and paged attention: row `row_of(j)` of `k`/`v`
+/// ([rows, n_kv_heads · head_dim]) holds position j.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attention_rows(
+    shape: AttentionShape,
+    h: usize,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_ctx: usize,
+    row_of: impl Fn(usize) -> usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
     let AttentionShape { n_heads, n_kv_heads, head_dim } = shape;
-    let kvh = h / (n_heads / n_kv_heads);
-    let kv_stride = n_kv_heads * head_dim;
+    let off = (h / (n_heads / n_kv_heads)) * head_dim;
+    let d = n_kv_heads * head_dim;
     let scores = &mut scores[..n_ctx];
     for (j, s) in scores.iter_mut().enumerate() {
-        *s = dot_f32(q, &k[j * kv_stride + kvh * head_dim..][..head_dim]) * scale;
+        *s = dot_f32(q, &k[row_of(j) * d + off..][..head_dim]) * scale;
     }
     softmax_in_place(scores);
     out.fill(0.0);
     for (j, &p) in scores.iter().enumerate() {
-        axpy(p, &v[j * kv_stride + kvh * head_dim..][..head_dim], out);
+        axpy(p, &v[row_of(j) * d + off..][..head_dim], out);
     }
 }

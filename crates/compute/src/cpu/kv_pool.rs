@@ -4,7 +4,8 @@
 //! `block · block_size + offset`, and attention reads a sequence's keys through its
 //! block table.
 
-use super::{axpy, dot_f32, softmax_in_place, AttentionShape};
+use super::attention::attention_rows;
+use super::AttentionShape;
 
 pub struct KvPool {
     pub num_layers: usize,
@@ -77,20 +78,9 @@ impl KvPool {
         scores: &mut [f32],
         out: &mut [f32],
     ) {
-        let AttentionShape { n_heads, n_kv_heads, head_dim } = shape;
-        let off = (h / (n_heads / n_kv_heads)) * head_dim;
-        let (k, v, d) = (&self.k[layer], &self.v[layer], self.kv_dim);
-        let scores = &mut scores[..n_ctx];
-        for (j, s) in scores.iter_mut().enumerate() {
-            let slot = self.slot(block_table, j);
-            *s = dot_f32(q, &k[slot * d + off..][..head_dim]) * scale;
-        }
-        softmax_in_place(scores);
-        out.fill(0.0);
-        for (j, &p) in scores.iter().enumerate() {
-            let slot = self.slot(block_table, j);
-            axpy(p, &v[slot * d + off..][..head_dim], out);
-        }
+        debug_assert_eq!(shape.n_kv_heads * shape.head_dim, self.kv_dim);
+        let (k, v) = (&self.k[layer], &self.v[layer]);
+        attention_rows(shape, h, q, k, v, n_ctx, |j| self.slot(block_table, j), scale, scores, out);
     }
 }
 
