@@ -1,23 +1,33 @@
 //! `peregrine generate`: one prompt (or chat), streamed to stdout, speeds at the end.
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use peregrine_compute::cpu::Cpu;
-use peregrine_engine::detokenizer::Detokenizer;
-use peregrine_engine::sampler::{Sampler, SamplingParams};
-use peregrine_model::llama::Batch;
+use peregrine_engine::handle::EngineHandle;
+use peregrine_engine::request::{Event, GenerateRequest};
+use peregrine_engine::sampler::SamplingParams;
 use peregrine_model::load::Model;
 use serde_json::{json, Value};
 
-use crate::ModelArgs;
+use crate::engine_args::EngineArgs;
+use crate::{batch, ModelArgs};
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Offline batch mode: a JSONL file of requests ({"prompt": …} or {"messages": …},
+    /// optional "max_tokens", "temperature", …), all run through the engine at once.
+    #[arg(long, conflicts_with_all = ["prompt", "messages"])]
+    pub input: Option<String>,
+    /// Where batch mode writes one JSON result per input line ("-": stdout).
+    #[arg(long, default_value = "-", requires = "input")]
+    pub output: String,
     /// The prompt (raw text, or the user message with --chat); @file reads a file.
     #[arg(long, short = 'p')]
     pub prompt: Option<String>,
@@ -57,6 +67,15 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Stop at this text (not included in the output); repeatable.
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Suppress end-of-sequence and stops until this many tokens were generated.
+    #[arg(long, default_value_t = 0)]
+    pub min_tokens: usize,
+    /// Watermark the output (Kirchenbauer et al.; see `peregrine watermark detect`).
+    #[arg(long)]
+    pub watermark: bool,
     /// Benchmarks: repeat the tokenized prompt cyclically to exactly this many tokens
     /// (as llama-bench's pp tests use a fixed prompt length).
     #[arg(long)]
@@ -80,18 +99,22 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("{e}");
     }
     let t_load = Instant::now();
-    let model = Model::load(&args.model.model, args.model.load_format())
-        .with_context(|| format!("loading model {}", args.model.model))?;
-    let cpu = Cpu::new(args.model.threads);
-    let tokenizer = model.tokenizer()?;
+    let model = Arc::new(
+        Model::load(&args.model.model, args.model.load_format())
+            .with_context(|| format!("loading model {}", args.model.model))?,
+    );
     eprintln!(
-        "loaded {} ({}, {} layers) in {:.2}s; {} threads",
+        "loaded {} ({}, {} layers) in {:.2}s",
         model.source.path().display(),
         model.config.architecture.name(),
         model.config.num_layers,
         t_load.elapsed().as_secs_f64(),
-        cpu.threads()
     );
+    let handle = EngineHandle::spawn(args.engine.build(model.clone(), args.model.threads)?);
+    if let Some(input) = &args.input {
+        return batch::run(&args, &model, &handle, params, input);
+    }
+    let tokenizer = model.tokenizer()?;
 
     let prompt_ids = if let Some(messages) = chat_messages(&args)? {
         let template = tokenizer
@@ -118,67 +141,52 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("the prompt is empty after tokenization");
     }
 
-    let mut sampler = Sampler::with_prompt(params, &prompt_ids);
-    let mut caches = vec![model.llama.new_cache()];
     let n_prompt = prompt_ids.len();
+    let mut req = GenerateRequest::new(prompt_ids, params);
+    req.max_tokens = Some(args.max_tokens);
+    req.ignore_eos = args.ignore_eos;
+    req.stop = args.stop.clone();
+    req.min_tokens = args.min_tokens;
+    req.watermark = args.watermark;
+    let mut stream = handle.submit(req);
 
-    // Prefill: the whole prompt in one batch, logits of its last token.
+    // The first token comes with the prefill; the rest are decode steps.
     let t0 = Instant::now();
-    let positions: Vec<usize> = (0..n_prompt).collect();
-    let logits = model.llama.forward(
-        &cpu,
-        &Batch {
-            tokens: &prompt_ids,
-            positions: &positions,
-            seq: &vec![0; n_prompt],
-            logits_for: &[n_prompt - 1],
-        },
-        &mut caches,
-    )?;
-    let prefill_s = t0.elapsed().as_secs_f64();
-
-    let mut generated: Vec<u32> = Vec::new();
-    let mut next = sampler.sample(&logits);
-    let mut detok = Detokenizer::new(tokenizer, Vec::new(), true);
+    let (mut t_first, mut generated) = (None, 0usize);
     let mut stdout = std::io::stdout().lock();
-    let t1 = Instant::now();
-    loop {
-        if !args.ignore_eos && model.eos_token_ids.contains(&next) {
-            break;
+    while let Some(event) = stream.blocking_next() {
+        match event {
+            Event::Token { text, .. } => {
+                t_first.get_or_insert_with(Instant::now);
+                generated += 1;
+                stdout.write_all(text.as_bytes())?;
+                stdout.flush()?;
+            }
+            Event::Finished { text, .. } => stdout.write_all(text.as_bytes())?,
+            Event::Error(e) => bail!("{e}"),
+            Event::Done(_) | Event::PromptLogprobs(_) => {}
         }
-        generated.push(next);
-        let delta = detok.push(next);
-        stdout.write_all(delta.text.as_bytes())?;
-        stdout.flush()?;
-        if generated.len() >= args.max_tokens {
-            break;
-        }
-        let pos = n_prompt + generated.len() - 1;
-        let logits = model.llama.forward(
-            &cpu,
-            &Batch { tokens: &[next], positions: &[pos], seq: &[0], logits_for: &[0] },
-            &mut caches,
-        )?;
-        next = sampler.sample(&logits);
     }
-    let decode_s = t1.elapsed().as_secs_f64();
-    stdout.write_all(detok.finish().as_bytes())?;
     writeln!(stdout)?;
-    // Tokens after the first come from decode steps; the first came with the prefill.
-    let decode_steps = generated.len().saturating_sub(1);
+    let end = Instant::now();
+    let t_first = t_first.unwrap_or(end);
+    let prefill_s = (t_first - t0).as_secs_f64();
+    let decode_s = (end - t_first).as_secs_f64();
+    let decode_steps = generated.saturating_sub(1);
     eprintln!(
         "prompt: {n_prompt} tokens in {:.3}s ({:.1} tok/s); generation: {} tokens in {:.3}s ({:.1} tok/s)",
         prefill_s,
         n_prompt as f64 / prefill_s,
-        generated.len(),
+        generated,
         decode_s,
         if decode_s > 0.0 { decode_steps as f64 / decode_s } else { 0.0 }
     );
+    handle.shutdown();
     Ok(())
 }
 
 /// The chat messages, if this is a chat request.
-fn chat_messages(args: &GenerateArgs) -> Result<Option<Value>> {
+pub fn chat_messages(args: &GenerateArgs) -> Result<Option<Value>> {
     if let Some(m) = &args.messages {
         let text = match m.strip_prefix('@') {
             Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,

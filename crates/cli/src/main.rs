@@ -1,7 +1,10 @@
 //! `peregrine`: the command-line front of the server, the generator and the benchmarks.
 
+mod batch;
+mod engine_args;
 mod generate;
 mod inspect;
+mod watermark;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use peregrine_compute::quant::WeightFormat;
@@ -20,12 +23,23 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Generate text from a prompt or chat messages, streaming to stdout.
-    Generate(generate::GenerateArgs),
+    Generate(Box<generate::GenerateArgs>),
     /// Inspect models.
     Model {
         #[command(subcommand)]
         command: ModelCommand,
     },
+    /// The green-list watermark (Kirchenbauer et al.) that `--watermark` adds.
+    Watermark {
+        #[command(subcommand)]
+        command: WatermarkCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum WatermarkCommand {
+    /// Score a text for the watermark: z-score and p-value, as one JSON object.
+    Detect(watermark::WatermarkDetectArgs),
 }
 
 #[derive(Subcommand)]
@@ -80,8 +94,9 @@ impl ModelArgs {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Generate(args) => generate::run(args),
+        Command::Generate(args) => generate::run(*args),
         Command::Model { command: ModelCommand::Inspect(args) } => inspect::run(args),
+        Command::Watermark { command: WatermarkCommand::Detect(args) } => watermark::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

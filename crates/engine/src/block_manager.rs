@@ -147,6 +147,17 @@ impl BlockManager {
     /// (whole blocks only; at least the last token is always left to compute so
     /// the step produces logits). All or nothing: on error nothing changed.
     pub fn allocate(&mut self, tokens: &[u32], extra_key: u64) -> Result<(Vec<BlockId>, usize), OutOfBlocks> {
+        self.allocate_with(tokens, extra_key, true)
+    }
+
+    /// `allocate`, looking up cached prefixes only when `lookup` (a request that
+    /// wants prompt logprobs must compute every position).
+    pub fn allocate_with(
+        &mut self,
+        tokens: &[u32],
+        extra_key: u64,
+        lookup: bool,
+    ) -> Result<(Vec<BlockId>, usize), OutOfBlocks> {
         let n_blocks = self.blocks_for(tokens.len());
         // Full blocks that may be reused; the block holding the last token is
         // never taken from the cache, so at least one token is computed.
@@ -155,7 +166,7 @@ impl BlockManager {
         let mut prev = None;
         for chunk in tokens.chunks_exact(self.block_size).take(reusable) {
             let h = block_hash(prev, chunk, extra_key);
-            match self.cached_block(h) {
+            match self.cached_block(h).filter(|_| lookup) {
                 Some(id) => hits.push(id),
                 None => break,
             }
@@ -167,7 +178,7 @@ impl BlockManager {
         if needed > free {
             return Err(OutOfBlocks { needed, free });
         }
-        self.stats.queries += reusable as u64;
+        self.stats.queries += if lookup { reusable as u64 } else { 0 };
         self.stats.hits += hits.len() as u64;
         let mut table = Vec::with_capacity(n_blocks);
         for &id in &hits {
@@ -205,6 +216,19 @@ impl BlockManager {
                 }
             }
             prev = Some(h);
+        }
+    }
+
+    /// Registers one full block whose K/V is computed under its chained hash (the
+    /// incremental form of `seal`). A block already registered keeps its hash.
+    pub fn register_block(&mut self, id: BlockId, hash: u64) {
+        if !self.prefix_caching {
+            return;
+        }
+        let meta = &mut self.blocks[id as usize];
+        if meta.hash.is_none() {
+            meta.hash = Some(hash);
+            self.cached.entry(hash).or_insert(id);
         }
     }
 

@@ -12,6 +12,8 @@
 //! start of a stop string is held back until it cannot; a completed stop string
 //! ends the output just before it (it is not emitted).
 
+use std::sync::Arc;
+
 use peregrine_model::tokenizer::Tokenizer;
 
 /// What one token added.
@@ -23,8 +25,9 @@ pub struct Delta {
     pub stopped_by: Option<usize>,
 }
 
-pub struct Detokenizer<'t> {
-    tokenizer: &'t Tokenizer,
+/// Shares the tokenizer (`Arc`) so each sequence of the engine can own one.
+pub struct Detokenizer {
+    tokenizer: Arc<Tokenizer>,
     skip_special_tokens: bool,
     stop: Vec<String>,
     /// Bytes of an incomplete UTF-8 character.
@@ -36,8 +39,8 @@ pub struct Detokenizer<'t> {
     stopped: bool,
 }
 
-impl<'t> Detokenizer<'t> {
-    pub fn new(tokenizer: &'t Tokenizer, stop: Vec<String>, skip_special_tokens: bool) -> Self {
+impl Detokenizer {
+    pub fn new(tokenizer: Arc<Tokenizer>, stop: Vec<String>, skip_special_tokens: bool) -> Self {
         let stop = stop.into_iter().filter(|s| !s.is_empty()).collect();
         Self {
             tokenizer,
@@ -48,6 +51,11 @@ impl<'t> Detokenizer<'t> {
             output: String::new(),
             stopped: false,
         }
+    }
+
+    /// Replaces the stop strings (they start counting once `min_tokens` are out).
+    pub fn set_stop(&mut self, stop: Vec<String>) {
+        self.stop = stop.into_iter().filter(|s| !s.is_empty()).collect();
     }
 
     /// The text emitted so far.

@@ -3,4 +3,12 @@
 
 pub mod block_manager;
 pub mod detokenizer;
+pub mod engine;
+pub mod handle;
+pub mod logprobs;
+pub mod model_runner;
+pub mod request;
 pub mod sampler;
+pub mod scheduler;
+pub mod sequence;
+pub mod watermark;

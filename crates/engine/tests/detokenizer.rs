@@ -2,6 +2,8 @@
 //! tokenizer decodes, never split a character, and stop strings split across
 //! tokens end the text before them.
 
+use std::sync::Arc;
+
 use peregrine_engine::detokenizer::Detokenizer;
 use peregrine_model::gguf::GgufFile;
 use peregrine_model::testing::{default_model_path, reference_dir};
@@ -16,20 +18,20 @@ const TEXTS: [&str; 6] = [
     "  leading spaces and\n\nnewlines  ",
 ];
 
-fn smollm2() -> Tokenizer {
-    Tokenizer::from_gguf(&GgufFile::open(&default_model_path()).unwrap()).unwrap()
+fn smollm2() -> Arc<Tokenizer> {
+    Arc::new(Tokenizer::from_gguf(&GgufFile::open(&default_model_path()).unwrap()).unwrap())
 }
 
-fn spm() -> Tokenizer {
+fn spm() -> Arc<Tokenizer> {
     let dir = reference_dir("tiny-spm-gguf");
-    Tokenizer::from_gguf(&GgufFile::open(&dir.join("tiny-spm.gguf")).expect("run scripts/reference.py"))
-        .unwrap()
+    let file = GgufFile::open(&dir.join("tiny-spm.gguf")).expect("run scripts/reference.py");
+    Arc::new(Tokenizer::from_gguf(&file).unwrap())
 }
 
 /// Feeds tokens one at a time; every delta is whole UTF-8 (it is a String) and the
 /// concatenation is returned.
-fn stream(tok: &Tokenizer, ids: &[u32], stop: &[&str]) -> (String, Option<usize>, usize) {
-    let mut d = Detokenizer::new(tok, stop.iter().map(|s| s.to_string()).collect(), true);
+fn stream(tok: &Arc<Tokenizer>, ids: &[u32], stop: &[&str]) -> (String, Option<usize>, usize) {
+    let mut d = Detokenizer::new(tok.clone(), stop.iter().map(|s| s.to_string()).collect(), true);
     let (mut out, mut stopped, mut n_deltas) = (String::new(), None, 0);
     for &id in ids {
         let delta = d.push(id);
@@ -62,7 +64,7 @@ fn an_emoji_split_over_byte_tokens_is_emitted_whole() {
     let tok = smollm2();
     let ids = tok.encode("🦀", false).unwrap();
     assert!(ids.len() > 1, "the crab is several byte-level tokens: {ids:?}");
-    let mut d = Detokenizer::new(&tok, vec![], true);
+    let mut d = Detokenizer::new(tok.clone(), vec![], true);
     let deltas: Vec<String> = ids.iter().map(|&i| d.push(i).text).collect();
     assert!(deltas[..ids.len() - 1].iter().all(String::is_empty), "{deltas:?}");
     assert_eq!(deltas.last().unwrap(), "🦀");

@@ -5,7 +5,6 @@ pub mod config;
 mod error;
 pub mod gguf;
 pub mod hub;
-pub mod kv_cache;
 pub mod llama;
 pub mod load;
 pub mod source;

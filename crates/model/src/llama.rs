@@ -1,19 +1,20 @@
 //! The Llama-family forward pass (Llama 2/3/3.1, Mistral, Qwen2, SmolLM), read top to bottom.
 //!
 //! Input is a flat batch: token i is `tokens[i]` at position `positions[i]` of the
-//! sequence whose cache is `caches[seq[i]]`. Several sequences and several positions
-//! of one sequence may share a batch; a token attends to positions 0..=its own of
-//! its sequence. Shapes below: n = tokens in the batch, d = hidden size,
-//! hd = head dim, nh / nkv = query / key-value heads, ff = intermediate size.
+//! sequence whose block table is `block_tables[seq[i]]`. Several sequences and several
+//! positions of one sequence may share a batch (decode tokens beside prefill chunks);
+//! a token attends to positions 0..=its own of its sequence, reading K/V from the
+//! paged pool through the block table, so earlier chunks and cached prefixes are
+//! simply blocks already written. Shapes below: n = tokens in the batch, d = hidden
+//! size, hd = head dim, nh / nkv = query / key-value heads, ff = intermediate size.
 
 use peregrine_compute::cpu::{
-    add_in_place, attention_head, rms_norm, rope_in_place, silu_mul, AttentionShape, Cpu, RopeStyle,
+    add_in_place, rms_norm, rope_in_place, silu_mul, AttentionShape, Cpu, KvDtype, KvPool, RopeStyle,
     RopeTable,
 };
 use rayon::prelude::*;
 
 use crate::config::{ModelConfig, RopeScaling};
-use crate::kv_cache::SequenceCache;
 use crate::weights::{Tensor, WeightSet};
 use crate::ModelError;
 
@@ -46,8 +47,11 @@ pub struct Llama {
 pub struct Batch<'a> {
     pub tokens: &'a [u32],
     pub positions: &'a [usize],
-    /// Index into the `caches` slice for each token.
+    /// Index into `block_tables` for each token.
     pub seq: &'a [usize],
+    /// Per sequence: the KV blocks holding positions 0, block_size, 2·block_size, …
+    /// Must already cover every position in the batch.
+    pub block_tables: &'a [&'a [u32]],
     /// Tokens (indices into `tokens`) whose logits are wanted, in output order.
     pub logits_for: &'a [usize],
 }
@@ -101,22 +105,23 @@ impl Llama {
         Ok(Self { config, embed, layers, final_norm: vector("output_norm.weight", h)?, lm_head, rope })
     }
 
-    pub fn new_cache(&self) -> SequenceCache {
-        SequenceCache::new(self.config.num_layers, self.config.num_kv_heads * self.config.head_dim)
+    /// A KV pool shaped for this model.
+    pub fn new_kv_pool(&self, num_blocks: usize, block_size: usize, dtype: KvDtype) -> KvPool {
+        KvPool::new(self.config.num_layers, num_blocks, block_size, self.kv_dim(), dtype)
+    }
+
+    /// n_kv_heads · head_dim: one token's K (or V) in one layer.
+    pub fn kv_dim(&self) -> usize {
+        self.config.num_kv_heads * self.config.head_dim
     }
 
     /// Runs the batch; returns logits [batch.logits_for.len(), vocab].
-    pub fn forward(
-        &self,
-        cpu: &Cpu,
-        batch: &Batch<'_>,
-        caches: &mut [SequenceCache],
-    ) -> Result<Vec<f32>, ModelError> {
+    pub fn forward(&self, cpu: &Cpu, batch: &Batch<'_>, kv: &mut KvPool) -> Result<Vec<f32>, ModelError> {
         let c = &self.config;
         let n = batch.tokens.len();
         let (d, hd) = (c.hidden_size, c.head_dim);
         let (q_dim, kv_dim, ff) = (c.num_heads * hd, c.num_kv_heads * hd, c.intermediate_size);
-        self.check_batch(batch, caches.len())?;
+        self.check_batch(batch, kv)?;
 
         // x: [n, d] — the residual stream, starting from the token embeddings.
         let mut x = vec![0f32; n * d];
@@ -152,24 +157,20 @@ impl Llama {
                 let pos = batch.positions[i];
                 rope_in_place(&mut q[i * q_dim..(i + 1) * q_dim], hd, pos, &self.rope);
                 rope_in_place(&mut k[i * kv_dim..(i + 1) * kv_dim], hd, pos, &self.rope);
-                caches[batch.seq[i]].write(
-                    li,
-                    pos,
-                    &k[i * kv_dim..(i + 1) * kv_dim],
-                    &v[i * kv_dim..(i + 1) * kv_dim],
-                );
+                let slot = kv.slot(batch.block_tables[batch.seq[i]], pos);
+                kv.write(li, slot, &k[i * kv_dim..(i + 1) * kv_dim], &v[i * kv_dim..(i + 1) * kv_dim]);
             }
-            // Every token of the batch is in its cache now; each attends to 0..=pos.
-            let caches_ro: &[SequenceCache] = caches;
+            // Every token of the batch is in the pool now; each attends to 0..=pos.
+            let kv_ro: &KvPool = kv;
             // One task per (token, head): a lone decode token still uses every thread.
             cpu.install(|| {
                 attn.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
                     let (t, h) = (i / c.num_heads, i % c.num_heads);
-                    let cache = &caches_ro[batch.seq[t]];
+                    let table = batch.block_tables[batch.seq[t]];
                     let n_ctx = batch.positions[t] + 1;
                     let mut scores = vec![0f32; n_ctx];
                     let qh = &q[t * q_dim + h * hd..][..hd];
-                    attention_head(shape, h, qh, &cache.k[li], &cache.v[li], n_ctx, scale, &mut scores, out);
+                    kv_ro.attention_head(shape, li, h, qh, table, n_ctx, scale, &mut scores, out);
                 });
             });
             cpu.matmul(&layer.wo.matrix(), &attn, &mut proj);
@@ -197,7 +198,7 @@ impl Llama {
         Ok(logits)
     }
 
-    fn check_batch(&self, b: &Batch<'_>, n_caches: usize) -> Result<(), ModelError> {
+    fn check_batch(&self, b: &Batch<'_>, kv: &KvPool) -> Result<(), ModelError> {
         let n = b.tokens.len();
         let bad = |m: String| Err(ModelError::Config(format!("batch: {m}")));
         if b.positions.len() != n || b.seq.len() != n {
@@ -210,8 +211,26 @@ impl Llama {
         if let Some(&t) = b.tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
             return bad(format!("token id {t} is outside the vocabulary of {}", self.config.vocab_size));
         }
-        if let Some(&s) = b.seq.iter().find(|&&s| s >= n_caches) {
-            return bad(format!("sequence index {s} but only {n_caches} caches"));
+        if kv.num_layers != self.config.num_layers || kv.kv_dim != self.kv_dim() {
+            return bad(format!(
+                "KV pool has {} layers × {} values per token, the model needs {} × {}",
+                kv.num_layers,
+                kv.kv_dim,
+                self.config.num_layers,
+                self.kv_dim()
+            ));
+        }
+        if let Some(&s) = b.seq.iter().find(|&&s| s >= b.block_tables.len()) {
+            return bad(format!("sequence index {s} but only {} block tables", b.block_tables.len()));
+        }
+        for (&s, &pos) in b.seq.iter().zip(b.positions) {
+            let table = b.block_tables[s];
+            if pos / kv.block_size >= table.len() {
+                return bad(format!("position {pos} of sequence {s} is beyond its {} blocks", table.len()));
+            }
+            if let Some(&blk) = table.iter().find(|&&blk| blk as usize >= kv.num_blocks) {
+                return bad(format!("block {blk} of sequence {s} is outside the pool of {}", kv.num_blocks));
+            }
         }
         if let Some(&i) = b.logits_for.iter().find(|&&i| i >= n) {
             return bad(format!("logits requested for token {i} of {n}"));

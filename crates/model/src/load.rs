@@ -2,6 +2,7 @@
 //! from a GGUF file, a Hugging Face directory, or random weights.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use peregrine_compute::cpu::RopeStyle;
 use peregrine_compute::quant::WeightFormat;
@@ -30,8 +31,9 @@ pub struct Model {
     pub config: ModelConfig,
     pub llama: Llama,
     pub weights: WeightSet,
-    /// `None` for dummy models of a bare config.json.
-    pub tokenizer: Option<Tokenizer>,
+    /// `None` for dummy models of a bare config.json. Shared: the engine's
+    /// detokenizers and the server's request validation hold it too.
+    pub tokenizer: Option<Arc<Tokenizer>>,
     /// Tokens that end generation: the tokenizer's eos plus generation_config.json's.
     pub eos_token_ids: Vec<u32>,
     /// The GGUF file, kept for `model inspect`.
@@ -70,7 +72,15 @@ impl Model {
         let llama = Llama::new(config.clone(), &weights, rope)?;
         let tokenizer = Tokenizer::from_gguf(&f).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let eos_token_ids = tokenizer.eos_token_ids();
-        Ok(Self { source, config, llama, weights, tokenizer: Some(tokenizer), eos_token_ids, gguf: Some(f) })
+        Ok(Self {
+            source,
+            config,
+            llama,
+            weights,
+            tokenizer: Some(Arc::new(tokenizer)),
+            eos_token_ids,
+            gguf: Some(f),
+        })
     }
 
     fn load_hf(source: ModelSource, dir: &Path, format: LoadFormat) -> Result<Self, ModelError> {
@@ -86,14 +96,14 @@ impl Model {
         let tokenizer = if tokenizer_path.is_file() {
             let tc = dir.join("tokenizer_config.json");
             let tc = tc.is_file().then_some(tc);
-            Some(
+            Some(Arc::new(
                 Tokenizer::from_file(&tokenizer_path, tc.as_deref())
                     .map_err(|e| ModelError::Tokenizer(e.to_string()))?,
-            )
+            ))
         } else {
             None
         };
-        let mut eos_token_ids = tokenizer.as_ref().map(Tokenizer::eos_token_ids).unwrap_or_default();
+        let mut eos_token_ids = tokenizer.as_deref().map(Tokenizer::eos_token_ids).unwrap_or_default();
         let gen_path = dir.join("generation_config.json");
         let gen_eos =
             if gen_path.is_file() { eos_ids(read_json(&gen_path)?.get("eos_token_id")) } else { Vec::new() };
@@ -106,7 +116,7 @@ impl Model {
     }
 
     /// The tokenizer, or an error saying this model has none.
-    pub fn tokenizer(&self) -> Result<&Tokenizer, ModelError> {
+    pub fn tokenizer(&self) -> Result<&Arc<Tokenizer>, ModelError> {
         self.tokenizer.as_ref().ok_or_else(|| {
             ModelError::Tokenizer(format!("{} has no tokenizer.json", self.source.path().display()))
         })

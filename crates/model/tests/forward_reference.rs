@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use peregrine_compute::cpu::Cpu;
+use peregrine_compute::cpu::{Cpu, KvDtype, KvPool};
 use peregrine_model::llama::Batch;
 use peregrine_model::load::{LoadFormat, Model};
 use peregrine_model::testing::load_reference;
@@ -93,13 +93,19 @@ fn check_model(name: &str) {
         let n = tokens.len();
         let positions: Vec<usize> = (0..n).collect();
         let wanted: Vec<usize> = (n - case.rows..n).collect();
-        let mut caches = vec![model.llama.new_cache()];
+        let (mut kv, table) = pool_for(&model, n);
         let ours = model
             .llama
             .forward(
                 &cpu,
-                &Batch { tokens: &tokens, positions: &positions, seq: &vec![0; n], logits_for: &wanted },
-                &mut caches,
+                &Batch {
+                    tokens: &tokens,
+                    positions: &positions,
+                    seq: &vec![0; n],
+                    block_tables: &[&table],
+                    logits_for: &wanted,
+                },
+                &mut kv,
             )
             .unwrap();
         for r in 0..case.rows {
@@ -124,15 +130,21 @@ fn check_model(name: &str) {
         }
 
         // Free-running greedy: prefill, then one token per step, as `generate` does.
-        let mut caches = vec![model.llama.new_cache()];
         let p = case.prompt.len();
+        let (mut kv, table) = pool_for(&model, p + case.greedy.len());
         let pos: Vec<usize> = (0..p).collect();
         let mut logits = model
             .llama
             .forward(
                 &cpu,
-                &Batch { tokens: &case.prompt, positions: &pos, seq: &vec![0; p], logits_for: &[p - 1] },
-                &mut caches,
+                &Batch {
+                    tokens: &case.prompt,
+                    positions: &pos,
+                    seq: &vec![0; p],
+                    block_tables: &[&table],
+                    logits_for: &[p - 1],
+                },
+                &mut kv,
             )
             .unwrap();
         for (i, &want) in case.greedy.iter().enumerate() {
@@ -149,8 +161,14 @@ fn check_model(name: &str) {
                 .llama
                 .forward(
                     &cpu,
-                    &Batch { tokens: &[got], positions: &[p + i], seq: &[0], logits_for: &[0] },
-                    &mut caches,
+                    &Batch {
+                        tokens: &[got],
+                        positions: &[p + i],
+                        seq: &[0],
+                        block_tables: &[&table],
+                        logits_for: &[0],
+                    },
+                    &mut kv,
                 )
                 .unwrap();
         }
@@ -193,15 +211,21 @@ fn a_flat_batch_of_two_sequences_equals_each_alone() {
     let a: Vec<u32> = vec![504, 3575, 282, 4649, 314];
     let b: Vec<u32> = vec![1, 9690, 198, 2683, 11, 416, 359, 346, 30, 2];
     let alone = |t: &[u32]| {
-        let mut c = vec![model.llama.new_cache()];
+        let (mut kv, table) = pool_for(&model, t.len());
         let pos: Vec<usize> = (0..t.len()).collect();
         let last = [t.len() - 1];
         model
             .llama
             .forward(
                 &cpu,
-                &Batch { tokens: t, positions: &pos, seq: &vec![0; t.len()], logits_for: &last },
-                &mut c,
+                &Batch {
+                    tokens: t,
+                    positions: &pos,
+                    seq: &vec![0; t.len()],
+                    block_tables: &[&table],
+                    logits_for: &last,
+                },
+                &mut kv,
             )
             .unwrap()
     };
@@ -210,7 +234,9 @@ fn a_flat_batch_of_two_sequences_equals_each_alone() {
     let tokens: Vec<u32> = b.iter().chain(&a).copied().collect();
     let positions: Vec<usize> = (0..b.len()).chain(0..a.len()).collect();
     let seq: Vec<usize> = std::iter::repeat_n(1, b.len()).chain(std::iter::repeat_n(0, a.len())).collect();
-    let mut caches = vec![model.llama.new_cache(), model.llama.new_cache()];
+    // Block size 4, blocks scattered and out of order: b owns 6, 1, 3; a owns 0, 5.
+    let mut kv = model.llama.new_kv_pool(8, 4, KvDtype::F32);
+    let (table_a, table_b) = ([0u32, 5], [6u32, 1, 3]);
     let both = model
         .llama
         .forward(
@@ -219,14 +245,20 @@ fn a_flat_batch_of_two_sequences_equals_each_alone() {
                 tokens: &tokens,
                 positions: &positions,
                 seq: &seq,
+                block_tables: &[&table_a, &table_b],
                 logits_for: &[tokens.len() - 1, b.len() - 1],
             },
-            &mut caches,
+            &mut kv,
         )
         .unwrap();
     let close = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| (p - q).abs() < 1e-3);
     assert!(close(&both[..vocab], &la), "sequence a differs when batched");
     assert!(close(&both[vocab..], &lb), "sequence b differs when batched");
-    assert_eq!(caches[0].len(), a.len());
-    assert_eq!(caches[1].len(), b.len());
+}
+
+/// A pool of 16-token blocks holding one sequence of `n` tokens, and its block table
+/// (blocks handed out in reverse so the table is not the identity).
+fn pool_for(model: &Model, n: usize) -> (KvPool, Vec<u32>) {
+    let blocks = n.div_ceil(16);
+    (model.llama.new_kv_pool(blocks, 16, KvDtype::F32), (0..blocks as u32).rev().collect())
 }

@@ -9,7 +9,7 @@ mod ops;
 mod simd;
 
 pub use attention::{attention_head, AttentionShape};
-pub use kv_pool::KvPool;
+pub use kv_pool::{KvDtype, KvPool};
 pub use matmul::QMatrix;
 pub use ops::{add_in_place, rms_norm, rope_in_place, silu_mul, softmax_in_place, RopeStyle, RopeTable};
 pub use simd::{axpy, dot_f32};
