@@ -24,7 +24,7 @@
 //! then checks that `dot_row` is the scalar path.
 
 use peregrine_compute::quant::{
-    dequantize_row, dot_row, dot_row_scalar, simd_level, QuantError, WeightFormat,
+    dequantize_row, dot_row, dot_row_multi, dot_row_scalar, simd_level, QuantError, WeightFormat,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -225,6 +225,27 @@ fn random_row(rng: &mut StdRng, f: WeightFormat, n: usize) -> Vec<u8> {
                 }
             }
             row
+        }
+    }
+}
+
+/// One row against several tokens gives, per token, exactly `dot_row`'s result
+/// (same decode, same summation order): a decode token's logits do not depend on
+/// how many other sequences share its step.
+#[test]
+fn dot_row_multi_is_dot_row_per_token_bitwise() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for f in WeightFormat::ALL {
+        let n = 3 * f.block_size().max(32);
+        let row = random_row(&mut rng, f, n);
+        for tokens in 1..=9 {
+            let xs = random_x(&mut rng, n * tokens);
+            let mut got = vec![0f32; tokens];
+            dot_row_multi(f, &row, &xs, &mut got);
+            for (t, g) in got.iter().enumerate() {
+                let want = dot_row(f, &row, &xs[t * n..(t + 1) * n]);
+                assert_eq!(g.to_bits(), want.to_bits(), "{f}, {tokens} tokens, token {t}");
+            }
         }
     }
 }

@@ -259,6 +259,14 @@ impl Scheduler {
     }
 
     fn preempt(&mut self, id: SeqId) {
+        self.requeue(id);
+        self.seqs.get_mut(&id).expect("requeued sequence").preemptions += 1;
+        self.total_preemptions += 1;
+    }
+
+    /// Frees a running sequence's blocks and puts it back at the head of the queue;
+    /// it will be computed again from its first uncached token.
+    fn requeue(&mut self, id: SeqId) {
         let seq = self.seqs.get_mut(&id).expect("running sequence");
         self.blocks.free(&seq.block_table);
         seq.block_table.clear();
@@ -266,8 +274,6 @@ impl Scheduler {
         seq.hashed_blocks = 0;
         seq.last_hash = None;
         seq.status = SeqStatus::Waiting;
-        seq.preemptions += 1;
-        self.total_preemptions += 1;
         self.running.retain(|&r| r != id);
         self.waiting.push_front(id);
     }
@@ -312,8 +318,9 @@ impl Scheduler {
             let min_join = (already as f32 * ratio).floor() as usize;
             let waited_enough = self.steps_since_join >= self.config.max_waiting_tokens;
             if already > 0 && !waited_enough && joined.len() < min_join {
+                // Undo this step's admissions (nothing was computed yet), last first.
                 for s in joined.iter().rev() {
-                    self.unadmit(s.id);
+                    self.requeue(s.id);
                 }
                 return 0;
             }
@@ -322,19 +329,6 @@ impl Scheduler {
         let n = joined.len();
         batch.seqs.extend(joined);
         n
-    }
-
-    /// Undoes an admission made in this step (nothing was computed yet).
-    fn unadmit(&mut self, id: SeqId) {
-        let seq = self.seqs.get_mut(&id).expect("admitted sequence");
-        self.blocks.free(&seq.block_table);
-        seq.block_table.clear();
-        seq.num_computed = 0;
-        seq.hashed_blocks = 0;
-        seq.last_hash = None;
-        seq.status = SeqStatus::Waiting;
-        self.running.retain(|&r| r != id);
-        self.waiting.push_front(id);
     }
 
     /// After the forward pass: the scheduled tokens' K/V are in the pool.

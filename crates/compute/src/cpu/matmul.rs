@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::gemm::tile_dots;
 use super::Cpu;
-use crate::quant::{dequantize_row, dot_row, WeightFormat};
+use crate::quant::{dequantize_row, dot_row, dot_row_multi, WeightFormat};
 
 /// A read-only view of a 2-D weight: `rows` rows of `cols` values each.
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +47,10 @@ impl<'a> QMatrix<'a> {
 const ROWS_PER_TASK: usize = 16;
 /// Tokens per pass over a row tile: 32 × 1536 f32 is 192 KiB, within L2.
 const TOKENS_PER_BLOCK: usize = 32;
+/// Up to this many tokens (a decode step of a few sequences), rows are dotted with
+/// every token straight from their stored format (`dot_row_multi`): decoding a tile
+/// into f32 costs as much as a whole prefill's tile and would dominate.
+const SMALL_BATCH: usize = 8;
 
 impl Cpu {
     /// Several matmuls of the same input (Q/K/V, gate/up) as one parallel region:
@@ -98,9 +102,38 @@ impl Cpu {
             });
             return;
         }
-        // Each task owns a tile of rows: dequantize them once into f32, then run the
-        // register-tiled kernel over token blocks small enough to stay in L2.
         let mut scratch = vec![0f32; tiles * ROWS_PER_TASK * n_tok];
+        if n_tok <= SMALL_BATCH {
+            // block: [nr, n_tok] per tile, transposed below.
+            self.install(|| {
+                scratch.par_chunks_mut(ROWS_PER_TASK * n_tok).enumerate().for_each(|(tile, block)| {
+                    let r0 = tile * ROWS_PER_TASK;
+                    let nr = ROWS_PER_TASK.min(w.rows - r0);
+                    let mut dots = [0f32; SMALL_BATCH];
+                    for i in 0..nr {
+                        dot_row_multi(w.format, w.row(r0 + i), x, &mut dots[..n_tok]);
+                        for (t, &d) in dots[..n_tok].iter().enumerate() {
+                            block[t * nr + i] = d;
+                        }
+                    }
+                });
+            });
+        } else {
+            self.matmul_tiles(w, x, n_tok, &mut scratch);
+        }
+        for (t, y) in out.chunks_mut(w.rows).enumerate() {
+            for (tile, dst) in y.chunks_mut(ROWS_PER_TASK).enumerate() {
+                let nr = dst.len();
+                let src = &scratch[tile * ROWS_PER_TASK * n_tok + t * nr..][..nr];
+                dst.copy_from_slice(src);
+            }
+        }
+    }
+
+    /// Each task owns a tile of rows: dequantize them once into f32, then run the
+    /// register-tiled kernel over token blocks small enough to stay in L2.
+    /// scratch: per tile, [n_tok, rows in tile].
+    fn matmul_tiles(&self, w: &QMatrix<'_>, x: &[f32], n_tok: usize, scratch: &mut [f32]) {
         self.install(|| {
             scratch.par_chunks_mut(ROWS_PER_TASK * n_tok).enumerate().for_each(|(tile, block)| {
                 let r0 = tile * ROWS_PER_TASK;
@@ -117,13 +150,6 @@ impl Cpu {
                 }
             });
         });
-        for (t, y) in out.chunks_mut(w.rows).enumerate() {
-            for (tile, dst) in y.chunks_mut(ROWS_PER_TASK).enumerate() {
-                let nr = dst.len();
-                let src = &scratch[tile * ROWS_PER_TASK * n_tok + t * nr..][..nr];
-                dst.copy_from_slice(src);
-            }
-        }
     }
 }
 
@@ -138,7 +164,7 @@ mod tests {
         let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.1).collect();
         let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
         let m = QMatrix::new(WeightFormat::F32, rows, cols, &bytes).unwrap();
-        for n_tok in [1, 3] {
+        for n_tok in [1, 3, 9] {
             let x: Vec<f32> = (0..n_tok * cols).map(|i| ((i * 7 % 5) as f32 - 2.0) * 0.3).collect();
             let mut y = vec![0f32; n_tok * rows];
             cpu.matmul(&m, &x, &mut y);

@@ -72,6 +72,25 @@ pub fn dot_row(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {
     }
 }
 
+/// `out[t] = dot_row(format, row, xs[t·cols..(t+1)·cols])` for every token t of
+/// `xs` ([n, cols]), bit-identical to `dot_row` per token. For the formats small
+/// batches meet most (Q4_0, Q4_1, Q8_0) each block is decoded once and multiplied
+/// into every token's accumulators, so a decode step of a few sequences reads and
+/// decodes each weight once instead of once per sequence.
+pub fn dot_row_multi(format: WeightFormat, row: &[u8], xs: &[f32], out: &mut [f32]) {
+    let cols = xs.len() / out.len().max(1);
+    match level() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Level::Avx2 is only chosen when the CPU has avx2, fma and f16c.
+        Level::Avx2 => unsafe { super::dot_avx2::dot_row_multi(format, row, xs, cols, out) },
+        Level::Scalar | Level::ForcedScalar => {
+            for (o, x) in out.iter_mut().zip(xs.chunks_exact(cols)) {
+                *o = dot_row_scalar(format, row, x);
+            }
+        }
+    }
+}
+
 /// The portable fallback of [`dot_row`], always compiled (and public so tests
 /// can hold the SIMD kernels against it). Same length rules.
 pub fn dot_row_scalar(format: WeightFormat, row: &[u8], x: &[f32]) -> f32 {

@@ -47,6 +47,123 @@ pub(crate) unsafe fn dot_row(format: WeightFormat, row: &[u8], x: &[f32]) -> f32
     }
 }
 
+/// [`super::dot_row_multi`] for CPUs with AVX2, FMA and F16C: `out[t]` is the dot of
+/// `row` with `xs[t·cols..]`, each exactly as `dot_row` computes it.
+///
+/// # Safety
+/// The CPU must support `avx2`, `fma` and `f16c`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_row_multi(
+    format: WeightFormat,
+    row: &[u8],
+    xs: &[f32],
+    cols: usize,
+    out: &mut [f32],
+) {
+    use WeightFormat as W;
+    let (kind, bytes) = match format {
+        W::Q4_0 => (Q40, Q4_0_BYTES),
+        W::Q4_1 => (Q41, Q4_1_BYTES),
+        W::Q8_0 => (Q80, Q8_0_BYTES),
+        _ => {
+            for (o, x) in out.iter_mut().zip(xs.chunks_exact(cols)) {
+                *o = dot_row(format, row, x);
+            }
+            return;
+        }
+    };
+    // Up to 4 tokens share each decoded block (16 accumulators + 4 weights: a few
+    // spill to L1, still far cheaper than decoding the block again).
+    let mut t0 = 0;
+    while t0 < out.len() {
+        let n = (out.len() - t0).min(4);
+        let (x, o) = (&xs[t0 * cols..], &mut out[t0..t0 + n]);
+        match (kind, n) {
+            (Q40, 4) => multi::<Q40, 4>(row, bytes, x, cols, o),
+            (Q40, 3) => multi::<Q40, 3>(row, bytes, x, cols, o),
+            (Q40, 2) => multi::<Q40, 2>(row, bytes, x, cols, o),
+            (Q41, 4) => multi::<Q41, 4>(row, bytes, x, cols, o),
+            (Q41, 3) => multi::<Q41, 3>(row, bytes, x, cols, o),
+            (Q41, 2) => multi::<Q41, 2>(row, bytes, x, cols, o),
+            (Q80, 4) => multi::<Q80, 4>(row, bytes, x, cols, o),
+            (Q80, 3) => multi::<Q80, 3>(row, bytes, x, cols, o),
+            (Q80, 2) => multi::<Q80, 2>(row, bytes, x, cols, o),
+            _ => o[0] = dot_row(format, row, &x[..cols]),
+        }
+        t0 += n;
+    }
+}
+
+const Q40: u8 = 0;
+const Q41: u8 = 1;
+const Q80: u8 = 2;
+
+/// One legacy block's 32 weights as four vectors of 8 f32, computed exactly as
+/// `dot_q4_0` / `dot_q4_1` / `dot_q8_0` do.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn decode_block<const K: u8>(b: &[u8]) -> [__m256; 4] {
+    let m4 = _mm_set1_epi8(0x0F);
+    match K {
+        Q40 => {
+            let d = f16x8_at(b, 0);
+            let off = _mm256_mul_ps(d, _mm256_set1_ps(-8.0));
+            let qs = _mm_loadu_si128(b.as_ptr().add(2) as *const __m128i);
+            let (q0, q1) = u8x16_to_f32(_mm_and_si128(qs, m4));
+            let (q2, q3) = u8x16_to_f32(_mm_and_si128(_mm_srli_epi16(qs, 4), m4));
+            let mut w = [q0, q1, q2, q3];
+            for w in &mut w {
+                *w = _mm256_fmadd_ps(*w, d, off);
+            }
+            w
+        }
+        Q41 => {
+            let d = f16x8_at(b, 0);
+            let m = f16x8_at(b, 2);
+            let qs = _mm_loadu_si128(b.as_ptr().add(4) as *const __m128i);
+            let (q0, q1) = u8x16_to_f32(_mm_and_si128(qs, m4));
+            let (q2, q3) = u8x16_to_f32(_mm_and_si128(_mm_srli_epi16(qs, 4), m4));
+            let mut w = [q0, q1, q2, q3];
+            for w in &mut w {
+                *w = _mm256_fmadd_ps(*w, d, m);
+            }
+            w
+        }
+        _ => {
+            let d = f16x8_at(b, 0);
+            let qs = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i);
+            let mut w = i8x32_to_f32(qs);
+            for w in &mut w {
+                *w = _mm256_mul_ps(*w, d);
+            }
+            w
+        }
+    }
+}
+
+/// N tokens against one row of legacy blocks of kind K.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn multi<const K: u8, const N: usize>(
+    row: &[u8],
+    bytes: usize,
+    xs: &[f32],
+    cols: usize,
+    out: &mut [f32],
+) {
+    debug_assert!(xs.len() >= (N - 1) * cols + row.len() / bytes * 32);
+    let mut acc = [zero(); N];
+    for (bi, b) in row.chunks_exact(bytes).enumerate() {
+        let w = decode_block::<K>(b);
+        for (t, a) in acc.iter_mut().enumerate() {
+            fma32(a, w, xs.as_ptr().add(t * cols + bi * 32));
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = hsum(a);
+    }
+}
+
 type Acc = [__m256; 4];
 
 #[inline]

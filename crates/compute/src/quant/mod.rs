@@ -10,6 +10,6 @@ mod error;
 mod format;
 
 pub use dequant::dequantize_row;
-pub use dot::{dot_row, dot_row_scalar, simd_level, FORCE_SCALAR_ENV};
+pub use dot::{dot_row, dot_row_multi, dot_row_scalar, simd_level, FORCE_SCALAR_ENV};
 pub use error::QuantError;
 pub use format::{WeightFormat, QK_K};
