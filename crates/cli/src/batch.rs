@@ -46,20 +46,17 @@ pub fn run(
     let (mut generated, mut prompt, mut cached) = (0usize, 0usize, 0usize);
     // The engine runs them all at once; reading the streams in order only collects.
     for (index, stream) in streams.into_iter().enumerate() {
+        // Per sample: (text, token ids, finish reason).
         let mut outputs: Vec<(String, Vec<u32>, String)> = Vec::new();
         for event in stream.collect_blocking() {
             match event {
                 Event::Token { index, token, text, .. } => {
-                    if outputs.len() <= index {
-                        outputs.resize(index + 1, Default::default());
-                    }
+                    grow_to(&mut outputs, index);
                     outputs[index].0.push_str(&text);
                     outputs[index].1.push(token);
                 }
                 Event::Finished { index, reason, text, .. } => {
-                    if outputs.len() <= index {
-                        outputs.resize(index + 1, Default::default());
-                    }
+                    grow_to(&mut outputs, index);
                     outputs[index].0.push_str(&text);
                     outputs[index].2 = reason.openai().to_string();
                 }
@@ -104,6 +101,13 @@ pub fn run(
     );
     handle.shutdown();
     Ok(())
+}
+
+/// Makes `v[i]` exist.
+fn grow_to<T: Default + Clone>(v: &mut Vec<T>, i: usize) {
+    if v.len() <= i {
+        v.resize(i + 1, T::default());
+    }
 }
 
 /// One JSONL line → a request; fields absent from the line take the command line's values.

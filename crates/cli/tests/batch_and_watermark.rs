@@ -2,19 +2,11 @@
 //! text generated with `--watermark` is detected by `peregrine watermark detect`,
 //! text generated without it is not.
 
-use std::process::Command;
+mod common;
 
+use common::peregrine;
 use peregrine_model::testing::default_model_path;
 use serde_json::Value;
-
-fn peregrine(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_peregrine")).args(args).output().expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
 
 #[test]
 fn batch_mode_runs_every_line_and_reports_throughput() {

@@ -1,18 +1,10 @@
 //! The `peregrine` binary as a user runs it: generate (raw and chat), inspect,
 //! dummy weights, and the errors of bad arguments.
 
-use std::process::Command;
+mod common;
 
+use common::peregrine;
 use peregrine_model::testing::{default_model_path, reference_dir};
-
-fn peregrine(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_peregrine")).args(args).output().expect("runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
 
 #[test]
 fn generate_completes_a_prompt_greedily_and_reports_speed() {

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use peregrine_model::llama::Batch;
 use peregrine_model::tokenizer::Tokenizer;
@@ -85,8 +84,6 @@ struct RequestState {
     prompt_logprobs: Vec<Option<TokenLogprob>>,
     forked: bool,
     cached_prompt_tokens: usize,
-    #[allow(dead_code)] // read by the server's latency metrics through events' timing
-    arrival: Instant,
 }
 
 pub struct Engine {
@@ -215,7 +212,6 @@ impl Engine {
             prompt_logprobs: Vec::new(),
             forked: false,
             cached_prompt_tokens: 0,
-            arrival: Instant::now(),
         };
         state.samples[0].seq = Some(seq_id);
         self.requests.insert(id, state);
@@ -306,7 +302,8 @@ impl Engine {
         self.runner.copy_blocks(&batch.block_copies);
         // The flat batch, and for each scheduled sequence its rows of logits.
         let (mut tokens, mut positions, mut seq_idx, mut logits_for) = (vec![], vec![], vec![], vec![]);
-        let mut rows: Vec<(usize, usize)> = Vec::with_capacity(batch.seqs.len()); // (first row, count)
+        // (first row, row count, whether the rows score prompt tokens)
+        let mut rows: Vec<(usize, usize, bool)> = Vec::with_capacity(batch.seqs.len());
         let mut tables: Vec<&[u32]> = Vec::with_capacity(batch.seqs.len());
         for (i, s) in batch.seqs.iter().enumerate() {
             let seq = self.scheduler.get(s.id).expect("scheduled sequence exists");
@@ -324,7 +321,7 @@ impl Engine {
             } else if s.samples {
                 logits_for.push(base + s.len - 1);
             }
-            rows.push((first, logits_for.len() - first));
+            rows.push((first, logits_for.len() - first, wants_prompt));
         }
         let logits = self
             .runner
@@ -338,9 +335,9 @@ impl Engine {
             .map_err(|e| e.to_string())?;
         self.scheduler.on_computed(batch);
         let vocab = self.runner.vocab_size();
-        for (s, &(first, count)) in batch.seqs.iter().zip(&rows) {
+        for (s, &(first, count, wants_prompt)) in batch.seqs.iter().zip(&rows) {
             let row = |r: usize| &logits[(first + r) * vocab..(first + r + 1) * vocab];
-            if count > 1 || (count == 1 && !s.samples) || self.wants_prompt_logprobs(s.id) {
+            if wants_prompt {
                 let chunk: Vec<&[f32]> = (0..count).map(row).collect();
                 self.record_prompt_logprobs(s.id, s.start, &chunk);
             }
@@ -387,14 +384,14 @@ impl Engine {
     fn on_logits(&mut self, seq: SeqId, logits: &[f32]) {
         let Some(&(rid, index)) = self.owners.get(&seq) else { return };
         let mut samplers = vec![index];
-        let st = self.requests.get_mut(&rid).expect("owner has a request");
+        let st = &self.requests[&rid];
         if index == 0 && !st.forked {
+            let children: Vec<SeqId> = (1..st.samples.len()).map(|_| self.alloc_seq_id()).collect();
+            let cached = self.scheduler.get(seq).and_then(|s| s.cached_prompt_tokens).unwrap_or_default();
+            let st = self.requests.get_mut(&rid).expect("owner has a request");
             st.forked = true;
-            st.cached_prompt_tokens =
-                self.scheduler.get(seq).and_then(|s| s.cached_prompt_tokens).unwrap_or_default();
-            for i in 1..st.samples.len() {
-                self.next_seq += 1;
-                let child = self.next_seq;
+            st.cached_prompt_tokens = cached;
+            for (i, child) in (1..).zip(children) {
                 self.scheduler.fork(seq, child);
                 self.owners.insert(child, (rid, i));
                 st.samples[i].seq = Some(child);
@@ -424,7 +421,7 @@ impl Engine {
         if st.req.watermark {
             self.watermark.apply(*seq.tokens.last().expect("non-empty"), &mut l);
         }
-        let token = sample.sampler.sample(&l);
+        let token = sample.sampler.sample_owned(l);
         let need_logprob = st.req.logprobs.is_some() || st.req.best_of > st.req.n;
         let logprob = need_logprob.then(|| token_logprob(logits, token, st.req.logprobs.unwrap_or(0)));
         if let Some(lp) = &logprob {

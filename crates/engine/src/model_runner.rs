@@ -59,9 +59,11 @@ impl KvCacheConfig {
         if self.block_size == 0 {
             return Err("block_size must be at least 1".into());
         }
-        let kv_dim = config.num_kv_heads * config.head_dim;
-        let block_bytes = KvPool::block_bytes(config.num_layers, self.block_size, kv_dim, self.dtype);
-        let num_blocks = self.num_blocks.unwrap_or(self.memory_bytes / block_bytes.max(1));
+        let (layers, kv_dim) = (config.num_layers, config.kv_dim());
+        let block_bytes = KvPool::block_bytes(layers, self.block_size, kv_dim, self.dtype);
+        let num_blocks = self.num_blocks.unwrap_or_else(|| {
+            KvPool::blocks_for_budget(self.memory_bytes, layers, self.block_size, kv_dim, self.dtype)
+        });
         if num_blocks == 0 {
             return Err(format!(
                 "kv_cache_memory of {} bytes holds no block: one {}-token block takes {block_bytes} bytes",

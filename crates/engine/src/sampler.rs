@@ -114,7 +114,13 @@ impl Sampler {
 
     /// The next token from one row of logits; it is recorded as generated.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        let adjusted = self.adjusted_logits(logits);
+        self.sample_owned(logits.to_vec())
+    }
+
+    /// `sample` on a row the caller already copied (and perhaps masked): adjusted in
+    /// place, without a second copy of the vocabulary.
+    pub fn sample_owned(&mut self, mut adjusted: Vec<f32>) -> u32 {
+        self.adjust(&mut adjusted);
         let token = if self.params.is_greedy() {
             argmax(&adjusted)
         } else {
@@ -136,8 +142,13 @@ impl Sampler {
 
     /// Logits after logit_bias and the penalties (steps 1–2).
     pub fn adjusted_logits(&self, logits: &[f32]) -> Vec<f32> {
-        let p = &self.params;
         let mut l = logits.to_vec();
+        self.adjust(&mut l);
+        l
+    }
+
+    fn adjust(&self, l: &mut [f32]) {
+        let p = &self.params;
         for &(t, b) in &p.logit_bias {
             if let Some(v) = l.get_mut(t as usize) {
                 *v += b;
@@ -161,7 +172,6 @@ impl Sampler {
                 }
             }
         }
-        l
     }
 
     /// The distribution sampled from, as (token, probability), most likely first,

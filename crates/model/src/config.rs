@@ -269,6 +269,11 @@ impl ModelConfig {
     }
 
     /// Parameters in the weight matrices (embeddings counted once when tied).
+    /// n_kv_heads · head_dim: one token's K (or V) in one layer.
+    pub fn kv_dim(&self) -> usize {
+        self.num_kv_heads * self.head_dim
+    }
+
     pub fn parameter_count(&self) -> u64 {
         let (h, ff, v) = (self.hidden_size as u64, self.intermediate_size as u64, self.vocab_size as u64);
         let q = (self.num_heads * self.head_dim) as u64;

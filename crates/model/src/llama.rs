@@ -110,9 +110,8 @@ impl Llama {
         KvPool::new(self.config.num_layers, num_blocks, block_size, self.kv_dim(), dtype)
     }
 
-    /// n_kv_heads · head_dim: one token's K (or V) in one layer.
     pub fn kv_dim(&self) -> usize {
-        self.config.num_kv_heads * self.config.head_dim
+        self.config.kv_dim()
     }
 
     /// Runs the batch; returns logits [batch.logits_for.len(), vocab].
@@ -223,13 +222,15 @@ impl Llama {
         if let Some(&s) = b.seq.iter().find(|&&s| s >= b.block_tables.len()) {
             return bad(format!("sequence index {s} but only {} block tables", b.block_tables.len()));
         }
-        for (&s, &pos) in b.seq.iter().zip(b.positions) {
-            let table = b.block_tables[s];
-            if pos / kv.block_size >= table.len() {
-                return bad(format!("position {pos} of sequence {s} is beyond its {} blocks", table.len()));
-            }
+        for (s, table) in b.block_tables.iter().enumerate() {
             if let Some(&blk) = table.iter().find(|&&blk| blk as usize >= kv.num_blocks) {
                 return bad(format!("block {blk} of sequence {s} is outside the pool of {}", kv.num_blocks));
+            }
+        }
+        for (&s, &pos) in b.seq.iter().zip(b.positions) {
+            let blocks = b.block_tables[s].len();
+            if pos / kv.block_size >= blocks {
+                return bad(format!("position {pos} of sequence {s} is beyond its {blocks} blocks"));
             }
         }
         if let Some(&i) = b.logits_for.iter().find(|&&i| i >= n) {

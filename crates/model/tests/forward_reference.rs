@@ -91,23 +91,9 @@ fn check_model(name: &str) {
         let tokens: Vec<u32> =
             case.prompt.iter().chain(&case.greedy[..case.greedy.len() - 1]).copied().collect();
         let n = tokens.len();
-        let positions: Vec<usize> = (0..n).collect();
         let wanted: Vec<usize> = (n - case.rows..n).collect();
         let (mut kv, table) = pool_for(&model, n);
-        let ours = model
-            .llama
-            .forward(
-                &cpu,
-                &Batch {
-                    tokens: &tokens,
-                    positions: &positions,
-                    seq: &vec![0; n],
-                    block_tables: &[&table],
-                    logits_for: &wanted,
-                },
-                &mut kv,
-            )
-            .unwrap();
+        let ours = forward_one(&model, &cpu, &mut kv, &table, &tokens, 0, &wanted);
         for r in 0..case.rows {
             let (o, e) = (&ours[r * vocab..(r + 1) * vocab], &case.logits[r * vocab..(r + 1) * vocab]);
             let scale = e.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -132,21 +118,7 @@ fn check_model(name: &str) {
         // Free-running greedy: prefill, then one token per step, as `generate` does.
         let p = case.prompt.len();
         let (mut kv, table) = pool_for(&model, p + case.greedy.len());
-        let pos: Vec<usize> = (0..p).collect();
-        let mut logits = model
-            .llama
-            .forward(
-                &cpu,
-                &Batch {
-                    tokens: &case.prompt,
-                    positions: &pos,
-                    seq: &vec![0; p],
-                    block_tables: &[&table],
-                    logits_for: &[p - 1],
-                },
-                &mut kv,
-            )
-            .unwrap();
+        let mut logits = forward_one(&model, &cpu, &mut kv, &table, &case.prompt, 0, &[p - 1]);
         for (i, &want) in case.greedy.iter().enumerate() {
             let got = argmax(&logits, &eos) as u32;
             if got != want {
@@ -157,20 +129,7 @@ fn check_model(name: &str) {
                 );
                 break; // a near tie: the continuations may part here
             }
-            logits = model
-                .llama
-                .forward(
-                    &cpu,
-                    &Batch {
-                        tokens: &[got],
-                        positions: &[p + i],
-                        seq: &[0],
-                        block_tables: &[&table],
-                        logits_for: &[0],
-                    },
-                    &mut kv,
-                )
-                .unwrap();
+            logits = forward_one(&model, &cpu, &mut kv, &table, &[got], p + i, &[0]);
         }
     }
     println!("{name}: worst max|Δlogit| / max(1, max|ref|) = {worst:.2e}");
@@ -212,22 +171,7 @@ fn a_flat_batch_of_two_sequences_equals_each_alone() {
     let b: Vec<u32> = vec![1, 9690, 198, 2683, 11, 416, 359, 346, 30, 2];
     let alone = |t: &[u32]| {
         let (mut kv, table) = pool_for(&model, t.len());
-        let pos: Vec<usize> = (0..t.len()).collect();
-        let last = [t.len() - 1];
-        model
-            .llama
-            .forward(
-                &cpu,
-                &Batch {
-                    tokens: t,
-                    positions: &pos,
-                    seq: &vec![0; t.len()],
-                    block_tables: &[&table],
-                    logits_for: &last,
-                },
-                &mut kv,
-            )
-            .unwrap()
+        forward_one(&model, &cpu, &mut kv, &table, t, 0, &[t.len() - 1])
     };
     let (la, lb) = (alone(&a), alone(&b));
     // Interleave: b's tokens first, then a's, with their own positions and caches.
@@ -254,6 +198,27 @@ fn a_flat_batch_of_two_sequences_equals_each_alone() {
     let close = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| (p - q).abs() < 1e-3);
     assert!(close(&both[..vocab], &la), "sequence a differs when batched");
     assert!(close(&both[vocab..], &lb), "sequence b differs when batched");
+}
+
+/// One sequence's `tokens` at positions start.. through `table`; logits of `logits_for`.
+fn forward_one(
+    model: &Model,
+    cpu: &Cpu,
+    kv: &mut KvPool,
+    table: &[u32],
+    tokens: &[u32],
+    start: usize,
+    logits_for: &[usize],
+) -> Vec<f32> {
+    let positions: Vec<usize> = (start..start + tokens.len()).collect();
+    let batch = Batch {
+        tokens,
+        positions: &positions,
+        seq: &vec![0; tokens.len()],
+        block_tables: &[table],
+        logits_for,
+    };
+    model.llama.forward(cpu, &batch, kv).unwrap()
 }
 
 /// A pool of 16-token blocks holding one sequence of `n` tokens, and its block table

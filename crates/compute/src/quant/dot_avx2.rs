@@ -32,9 +32,9 @@ pub(crate) unsafe fn dot_row(format: WeightFormat, row: &[u8], x: &[f32]) -> f32
         W::F32 => dot_float::<F32>(row, x),
         W::F16 => dot_float::<F16>(row, x),
         W::BF16 => dot_float::<BF16>(row, x),
-        W::Q4_0 => dot_q4_0(row, x),
-        W::Q4_1 => dot_q4_1(row, x),
-        W::Q8_0 => dot_q8_0(row, x),
+        W::Q4_0 => dot_legacy::<Q40>(row, Q4_0_BYTES, x),
+        W::Q4_1 => dot_legacy::<Q41>(row, Q4_1_BYTES, x),
+        W::Q8_0 => dot_legacy::<Q80>(row, Q8_0_BYTES, x),
         W::Q4K => dot_q4_k(row, x),
         W::Q5K => dot_q5_k(row, x),
         W::Q6K => dot_q6_k(row, x),
@@ -98,8 +98,11 @@ const Q40: u8 = 0;
 const Q41: u8 = 1;
 const Q80: u8 = 2;
 
-/// One legacy block's 32 weights as four vectors of 8 f32, computed exactly as
-/// `dot_q4_0` / `dot_q4_1` / `dot_q8_0` do.
+/// One legacy block's 32 weights as four vectors of 8 f32:
+/// Q4_0 `{ f16 d; u8 qs[16] }`, w = (q - 8)·d (low nibbles are values 0-15; q·d and
+/// -8·d are exact, so the fma is (q - 8)·d exactly);
+/// Q4_1 `{ f16 d; f16 m; u8 qs[16] }`, w = q·d + m (q·d exact: one rounding);
+/// Q8_0 `{ f16 d; i8 qs[32] }`, w = q·d.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn decode_block<const K: u8>(b: &[u8]) -> [__m256; 4] {
@@ -141,7 +144,9 @@ unsafe fn decode_block<const K: u8>(b: &[u8]) -> [__m256; 4] {
     }
 }
 
-/// N tokens against one row of legacy blocks of kind K.
+/// N tokens (`xs`: [N, cols]) against one row of legacy blocks of kind K. Only the
+/// whole blocks both the row and a token's `cols` values hold are used, so
+/// mismatched lengths never read out of bounds.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn multi<const K: u8, const N: usize>(
@@ -151,9 +156,10 @@ unsafe fn multi<const K: u8, const N: usize>(
     cols: usize,
     out: &mut [f32],
 ) {
-    debug_assert!(xs.len() >= (N - 1) * cols + row.len() / bytes * 32);
+    assert!(xs.len() >= N * cols, "xs holds fewer than {N} tokens of {cols} values");
+    let blocks = (row.len() / bytes).min(cols / 32);
     let mut acc = [zero(); N];
-    for (bi, b) in row.chunks_exact(bytes).enumerate() {
+    for (bi, b) in row.chunks_exact(bytes).take(blocks).enumerate() {
         let w = decode_block::<K>(b);
         for (t, a) in acc.iter_mut().enumerate() {
             fma32(a, w, xs.as_ptr().add(t * cols + bi * 32));
@@ -306,63 +312,13 @@ unsafe fn dot_float<const K: u8>(row: &[u8], x: &[f32]) -> f32 {
 
 // ---- legacy blocks ------------------------------------------------------
 
-/// Q4_0 `{ f16 d; u8 qs[16] }`: w = (q - 8) * d; low nibbles are values 0-15.
+/// Q4_0 / Q4_1 / Q8_0: the one-token case of `multi`, so a token's dot is the same
+/// whether it runs alone or beside others (block layouts in `decode_block`).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q4_0(row: &[u8], x: &[f32]) -> f32 {
-    let m4 = _mm_set1_epi8(0x0F);
-    let minus8 = _mm256_set1_ps(-8.0);
-    let mut acc = zero();
-    for (b, x) in row.chunks_exact(Q4_0_BYTES).zip(x.chunks_exact(32)) {
-        let d = f16x8_at(b, 0);
-        let off = _mm256_mul_ps(d, minus8);
-        let qs = _mm_loadu_si128(b.as_ptr().add(2) as *const __m128i); // bytes 2..18
-        let (q0, q1) = u8x16_to_f32(_mm_and_si128(qs, m4));
-        let (q2, q3) = u8x16_to_f32(_mm_and_si128(_mm_srli_epi16(qs, 4), m4));
-        let mut w = [q0, q1, q2, q3];
-        for w in &mut w {
-            // q * d and -8 * d are exact, so this is (q - 8) * d exactly.
-            *w = _mm256_fmadd_ps(*w, d, off);
-        }
-        fma32(&mut acc, w, x.as_ptr());
-    }
-    hsum(acc)
-}
-
-/// Q4_1 `{ f16 d; f16 m; u8 qs[16] }`: w = q * d + m.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q4_1(row: &[u8], x: &[f32]) -> f32 {
-    let m4 = _mm_set1_epi8(0x0F);
-    let mut acc = zero();
-    for (b, x) in row.chunks_exact(Q4_1_BYTES).zip(x.chunks_exact(32)) {
-        let d = f16x8_at(b, 0);
-        let m = f16x8_at(b, 2);
-        let qs = _mm_loadu_si128(b.as_ptr().add(4) as *const __m128i); // bytes 4..20
-        let (q0, q1) = u8x16_to_f32(_mm_and_si128(qs, m4));
-        let (q2, q3) = u8x16_to_f32(_mm_and_si128(_mm_srli_epi16(qs, 4), m4));
-        let mut w = [q0, q1, q2, q3];
-        for w in &mut w {
-            // q * d is exact: one rounding, like the unfused q * d + m.
-            *w = _mm256_fmadd_ps(*w, d, m);
-        }
-        fma32(&mut acc, w, x.as_ptr());
-    }
-    hsum(acc)
-}
-
-/// Q8_0 `{ f16 d; i8 qs[32] }`: w = q * d.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
-    let mut acc = zero();
-    for (b, x) in row.chunks_exact(Q8_0_BYTES).zip(x.chunks_exact(32)) {
-        let d = f16x8_at(b, 0);
-        let qs = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i); // bytes 2..34
-        let mut w = i8x32_to_f32(qs);
-        for w in &mut w {
-            *w = _mm256_mul_ps(*w, d);
-        }
-        fma32(&mut acc, w, x.as_ptr());
-    }
-    hsum(acc)
+unsafe fn dot_legacy<const K: u8>(row: &[u8], bytes: usize, x: &[f32]) -> f32 {
+    let mut out = [0f32];
+    multi::<K, 1>(row, bytes, x, x.len(), &mut out);
+    out[0]
 }
 
 // ---- k-quants (layouts in dequant_k.rs) ---------------------------------
