@@ -24,3 +24,6 @@ echo "== cargo test"
 cargo test --workspace --release 2>&1 | tee target/test.log
 # Every test binary printed its own result line; fail loudly if none ran.
 grep -q "^test result: ok" target/test.log
+
+echo "== HTTP clients and the chat page against peregrine serve"
+scripts/test_http.sh

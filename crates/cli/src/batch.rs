@@ -66,7 +66,7 @@ pub fn run(
                     cached += u.cached_prompt_tokens;
                 }
                 Event::Error(e) => bail!("request {index}: {e}"),
-                Event::PromptLogprobs(_) => {}
+                Event::PromptLogprobs(_) | Event::Scheduled => {}
             }
         }
         let outputs: Vec<Value> = outputs

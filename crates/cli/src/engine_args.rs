@@ -30,7 +30,7 @@ pub struct EngineArgs {
     #[arg(long)]
     pub no_prefix_caching: bool,
     /// Token budget of one step (prompt chunks + decodes).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, alias = "max-batch-prefill-tokens", env = "MAX_BATCH_PREFILL_TOKENS")]
     pub max_num_batched_tokens: usize,
     /// Sequences running at once.
     #[arg(long, default_value_t = 256)]
@@ -43,10 +43,10 @@ pub struct EngineArgs {
     #[arg(long)]
     pub max_model_len: Option<usize>,
     /// TGI: new requests join a running batch only when ratio × running can join.
-    #[arg(long)]
+    #[arg(long, env = "WAITING_SERVED_RATIO")]
     pub waiting_served_ratio: Option<f32>,
     /// TGI: … or after this many steps without joining.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, env = "MAX_WAITING_TOKENS")]
     pub max_waiting_tokens: usize,
     /// Watermark: fraction of the vocabulary in each green list.
     #[arg(long, default_value_t = 0.5)]

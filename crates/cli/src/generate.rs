@@ -164,7 +164,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             }
             Event::Finished { text, .. } => stdout.write_all(text.as_bytes())?,
             Event::Error(e) => bail!("{e}"),
-            Event::Done(_) | Event::PromptLogprobs(_) => {}
+            Event::Done(_) | Event::PromptLogprobs(_) | Event::Scheduled => {}
         }
     }
     writeln!(stdout)?;

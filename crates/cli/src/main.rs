@@ -4,9 +4,10 @@ mod batch;
 mod engine_args;
 mod generate;
 mod inspect;
+mod serve;
 mod watermark;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use peregrine_compute::quant::WeightFormat;
 use peregrine_model::load::LoadFormat;
 
@@ -22,6 +23,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the model over HTTP: OpenAI (/v1/completions, /v1/chat/completions),
+    /// TGI (/generate, /generate_stream), metrics, and a chat page at /.
+    Serve(Box<serve::ServeArgs>),
     /// Generate text from a prompt or chat messages, streaming to stdout.
     Generate(Box<generate::GenerateArgs>),
     /// Inspect models.
@@ -92,8 +96,13 @@ impl ModelArgs {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
+        Command::Serve(args) => {
+            let sub = matches.subcommand_matches("serve").expect("serve was parsed");
+            serve::run(*args, sub)
+        }
         Command::Generate(args) => generate::run(*args),
         Command::Model { command: ModelCommand::Inspect(args) } => inspect::run(args),
         Command::Watermark { command: WatermarkCommand::Detect(args) } => watermark::run(args),

@@ -83,6 +83,8 @@ struct RequestState {
     max_len: usize,
     prompt_logprobs: Vec<Option<TokenLogprob>>,
     forked: bool,
+    /// `Event::Scheduled` was sent (a preempted request is not announced twice).
+    scheduled: bool,
     cached_prompt_tokens: usize,
 }
 
@@ -211,6 +213,7 @@ impl Engine {
             max_len,
             prompt_logprobs: Vec::new(),
             forked: false,
+            scheduled: false,
             cached_prompt_tokens: 0,
         };
         state.samples[0].seq = Some(seq_id);
@@ -246,7 +249,7 @@ impl Engine {
         let open: Vec<usize> =
             (0..state.samples.len()).filter(|&i| state.samples[i].finished.is_none()).collect();
         for i in open {
-            self.finish_sample(id, i, FinishReason::Abort);
+            self.finish_sample(id, i, FinishReason::Abort, None);
         }
         self.complete_if_done(id);
     }
@@ -305,6 +308,14 @@ impl Engine {
         // (first row, row count, whether the rows score prompt tokens)
         let mut rows: Vec<(usize, usize, bool)> = Vec::with_capacity(batch.seqs.len());
         let mut tables: Vec<&[u32]> = Vec::with_capacity(batch.seqs.len());
+        for s in batch.seqs.iter().filter(|s| s.start == 0) {
+            if let Some(st) = self.owners.get(&s.id).and_then(|(r, _)| self.requests.get_mut(r)) {
+                if !st.scheduled {
+                    st.scheduled = true;
+                    let _ = st.sink.send(Event::Scheduled);
+                }
+            }
+        }
         for (i, s) in batch.seqs.iter().enumerate() {
             let seq = self.scheduler.get(s.id).expect("scheduled sequence exists");
             let base = tokens.len();
@@ -437,28 +448,38 @@ impl Engine {
         }
 
         let is_eos = !st.req.ignore_eos && self.eos_token_ids.contains(&token);
-        let mut finish = None;
-        if is_eos {
-            finish = Some(FinishReason::Eos(token));
+        let finish = if is_eos {
+            Some((FinishReason::Eos(token), logprob))
         } else if st.req.stop_token_ids.contains(&token) {
-            finish = Some(FinishReason::Stop(StopMatch::Token(token)));
+            Some((FinishReason::Stop(StopMatch::Token(token)), logprob))
         } else {
             let delta = sample.detok.as_mut().map(|d| d.push(token)).unwrap_or_default();
-            let event = Event::Token { index: i, token, text: delta.text, logprob };
-            emit(&st.sink, &mut sample.held, st.req.best_of > st.req.n, event);
-            if let Some(k) = delta.stopped_by {
-                finish = Some(FinishReason::Stop(StopMatch::Text(st.req.stop[k].clone())));
+            let finish = if let Some(k) = delta.stopped_by {
+                Some(FinishReason::Stop(StopMatch::Text(st.req.stop[k].clone())))
             } else if seq.len() + 1 >= st.max_len {
-                finish = Some(FinishReason::Length);
-            }
-        }
+                Some(FinishReason::Length)
+            } else {
+                None
+            };
+            let last = finish.is_some();
+            let event = Event::Token { index: i, token, text: delta.text, logprob, last };
+            emit(&st.sink, &mut sample.held, st.req.best_of > st.req.n, event);
+            finish.map(|f| (f, None))
+        };
         match finish {
-            Some(reason) => self.finish_sample(rid, i, reason),
+            Some((reason, logprob)) => self.finish_sample(rid, i, reason, logprob),
             None => self.scheduler.append_token(seq_id, token),
         }
     }
 
-    fn finish_sample(&mut self, rid: RequestId, i: usize, reason: FinishReason) {
+    /// `logprob`: of the token that ended the sample, when it was not sent as a `Token`.
+    fn finish_sample(
+        &mut self,
+        rid: RequestId,
+        i: usize,
+        reason: FinishReason,
+        logprob: Option<TokenLogprob>,
+    ) {
         let st = self.requests.get_mut(&rid).expect("request");
         let sample = &mut st.samples[i];
         if let Some(seq) = sample.seq.take() {
@@ -469,12 +490,13 @@ impl Engine {
             (FinishReason::Stop(StopMatch::Text(_)), _) | (_, None) => String::new(),
             (_, Some(d)) => d.finish(),
         };
-        let logprob = st.req.logprobs.is_some() || st.req.best_of > st.req.n;
+        let computed = st.req.logprobs.is_some() || st.req.best_of > st.req.n;
         let event = Event::Finished {
             index: i,
             reason: reason.clone(),
             text,
-            cumulative_logprob: logprob.then_some(sample.cumulative_logprob),
+            cumulative_logprob: computed.then_some(sample.cumulative_logprob),
+            logprob,
         };
         emit(&st.sink, &mut sample.held, st.req.best_of > st.req.n, event);
         sample.finished = Some(reason);

@@ -151,16 +151,19 @@ pub struct Usage {
     pub cached_prompt_tokens: usize,
 }
 
-/// What a request's stream carries, in order: optional `PromptLogprobs`, then for each
+/// What a request's stream carries, in order: `Scheduled`, optional `PromptLogprobs`, then for each
 /// sample any number of `Token`s and one `Finished`, then `Done` (or a lone `Error`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
+    /// The request left the queue: its first prompt chunk is in this step (queue time ends).
+    Scheduled,
     /// One per prompt token (`None` for the first, which has no context).
     PromptLogprobs(Vec<Option<TokenLogprob>>),
     /// A generated token of sample `index` and the text it completes (possibly empty:
     /// part of a character, or text held back as a possible stop string). Tokens that
     /// end generation (eos, stop tokens) are reported in `Finished`, not here.
-    Token { index: usize, token: u32, text: String, logprob: Option<TokenLogprob> },
+    /// `last`: the sample ends with this token (a `Finished` follows at once).
+    Token { index: usize, token: u32, text: String, logprob: Option<TokenLogprob>, last: bool },
     /// Sample `index` ended; `text` is anything still held back, emitted now.
     Finished {
         index: usize,
@@ -168,6 +171,9 @@ pub enum Event {
         text: String,
         /// When logprobs were computed (asked for, or best_of > n).
         cumulative_logprob: Option<f64>,
+        /// The logprob of the token that ended the sample, when that token is not in a
+        /// `Token` event (eos, stop token; its id is in `reason`) and logprobs were computed.
+        logprob: Option<TokenLogprob>,
     },
     /// Every sample has finished. The last event.
     Done(Usage),

@@ -109,7 +109,7 @@ fn run(engine: &mut Engine, reqs: Vec<GenerateRequest>) -> Vec<RequestResult> {
                     }
                 };
                 match e {
-                    Event::Token { index, token, text, logprob } => {
+                    Event::Token { index, token, text, logprob, .. } => {
                         at(&mut outs, index);
                         outs[index].tokens.push(token);
                         outs[index].text.push_str(&text);
@@ -121,6 +121,7 @@ fn run(engine: &mut Engine, reqs: Vec<GenerateRequest>) -> Vec<RequestResult> {
                         outs[index].finish = Some(reason);
                     }
                     Event::PromptLogprobs(p) => plp = Some(p),
+                    Event::Scheduled => assert!(outs.is_empty() && plp.is_none(), "Scheduled comes first"),
                     Event::Done(u) => usage = Some(u),
                     Event::Error(e) => panic!("request failed: {e}"),
                 }

@@ -49,6 +49,7 @@ fn wait_for(h: &EngineHandle, what: &str, f: impl Fn(&peregrine_engine::engine::
 fn dropping_a_stream_aborts_its_request_and_frees_its_blocks() {
     let h = spawn();
     let mut s = h.submit(long_request());
+    assert!(matches!(s.blocking_next(), Some(Event::Scheduled)));
     // A few tokens arrive, then the caller goes away.
     for _ in 0..3 {
         assert!(matches!(s.blocking_next(), Some(Event::Token { .. })));
@@ -63,6 +64,7 @@ fn dropping_a_stream_aborts_its_request_and_frees_its_blocks() {
 fn abort_by_id_ends_the_stream_with_abort() {
     let h = spawn();
     let mut s = h.submit(long_request());
+    assert!(matches!(s.blocking_next(), Some(Event::Scheduled)));
     assert!(matches!(s.blocking_next(), Some(Event::Token { .. })));
     h.abort(s.id);
     let mut reason = None;

@@ -33,6 +33,9 @@ use crate::gguf::GgufFile;
 use gguf_vocab::{GgufVocab, KEY_CHAT_TEMPLATE, KEY_MODEL};
 use hf_config::HfTokenizerConfig;
 
+/// A token id and its span of the encoded text, in characters (start, end).
+pub type TokenSpan = (u32, (usize, usize));
+
 /// A text ↔ token-id mapping with its special tokens and chat template.
 #[derive(Clone)]
 pub struct Tokenizer {
@@ -253,6 +256,20 @@ impl Tokenizer {
             .encode_fast(text, add_special_tokens)
             .map_err(|e| TokenizerError::backend("encode", e))?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// `encode`, with each token's span of `text` in characters (start, end); special
+    /// tokens added around the text have an empty span.
+    pub fn encode_with_offsets(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<TokenSpan>, TokenizerError> {
+        let enc = self
+            .inner
+            .encode_char_offsets(text, add_special_tokens)
+            .map_err(|e| TokenizerError::backend("encode", e))?;
+        Ok(enc.get_ids().iter().copied().zip(enc.get_offsets().iter().copied()).collect())
     }
 
     /// Text of `ids`; ids the vocabulary does not have are skipped (as `tokenizers` does).
