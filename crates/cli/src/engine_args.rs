@@ -83,8 +83,9 @@ impl EngineArgs {
         }
     }
 
-    /// The CPU engine for `model`; logs the KV-cache plan.
-    pub fn build(&self, model: Arc<Model>, threads: usize) -> Result<Engine> {
+    /// The CPU engine for `model`, and a line describing its KV-cache plan.
+    /// `prefault`: commit the KV cache's memory now (the server), not as it fills.
+    pub fn build(&self, model: Arc<Model>, threads: usize, prefault: bool) -> Result<(Engine, String)> {
         let kv = KvCacheConfig {
             block_size: self.block_size,
             dtype: self.kv_dtype()?,
@@ -110,7 +111,10 @@ impl EngineArgs {
                 ..WatermarkConfig::default()
             },
         };
-        let runner = CpuModelRunner::new(model.clone(), cpu, plan, kv.dtype);
+        let mut runner = CpuModelRunner::new(model.clone(), cpu, plan, kv.dtype);
+        if prefault {
+            runner = runner.prefault();
+        }
         let engine = Engine::new(
             Box::new(runner),
             model.tokenizer.clone(),
@@ -119,7 +123,7 @@ impl EngineArgs {
             config,
         )
         .map_err(|e| anyhow!("{e}"))?;
-        eprintln!(
+        let plan_line = format!(
             "KV cache: {} blocks × {} tokens = {} tokens ({}, {:.1} MiB); max model len {}; \
              prefix caching {}; {} CPU threads",
             plan.num_blocks,
@@ -131,7 +135,7 @@ impl EngineArgs {
             if self.no_prefix_caching { "off" } else { "on" },
             threads
         );
-        Ok(engine)
+        Ok((engine, plan_line))
     }
 }
 

@@ -110,7 +110,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         model.config.num_layers,
         t_load.elapsed().as_secs_f64(),
     );
-    let handle = EngineHandle::spawn(args.engine.build(model.clone(), args.model.threads)?);
+    let (engine, plan) = args.engine.build(model.clone(), args.model.threads, false)?;
+    eprintln!("{plan}");
+    let handle = EngineHandle::spawn(engine);
     if let Some(input) = &args.input {
         return batch::run(&args, &model, &handle, params, input);
     }

@@ -145,16 +145,18 @@ fn load(model_args: &ModelArgs, engine_args: &EngineArgs) -> Result<Loaded> {
         context_length: model.config.max_position_embeddings,
         num_layers: model.config.num_layers,
     };
-    let engine = EngineHandle::spawn(engine_args.build(model.clone(), model_args.threads)?);
-    Ok(Loaded { engine, tokenizer, model: info })
+    let (engine, plan) = engine_args.build(model.clone(), model_args.threads, true)?;
+    Ok(Loaded { engine: EngineHandle::spawn(engine), tokenizer, model: info, description: plan })
 }
 
 /// Every argument of the serve command as given or defaulted (happy_vllm's
 /// `/v1/launch_arguments`), with the API key redacted.
 fn launch_arguments(matches: &ArgMatches) -> Map<String, Value> {
+    // The arguments themselves, not the ids of flattened groups (`EngineArgs`, …).
+    let command = <ServeArgs as clap::Args>::augment_args(clap::Command::new("serve"));
     let mut out = Map::new();
-    for id in matches.ids() {
-        let name = id.as_str();
+    for arg in command.get_arguments() {
+        let name = arg.get_id().as_str();
         let Ok(Some(raw)) = matches.try_get_raw(name) else { continue };
         let values: Vec<Value> = raw.map(|v| Value::from(v.to_string_lossy().into_owned())).collect();
         let value = match (name, values.len()) {

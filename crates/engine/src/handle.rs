@@ -8,16 +8,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::engine::{Engine, EngineStats};
 use crate::request::{Event, GenerateRequest, RequestId};
 
+/// One engine step, for tracing.
+#[derive(Clone, Debug)]
+pub struct StepRecord {
+    pub start: SystemTime,
+    pub duration: Duration,
+    /// Tokens computed (prompt chunks + decodes).
+    pub tokens: usize,
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_usage: f64,
+}
+
+/// Called on the engine thread after every step that computed something; keep it cheap.
+pub type StepObserver = Box<dyn FnMut(&StepRecord) + Send>;
+
 enum Command {
     Submit(RequestId, Box<GenerateRequest>, tokio::sync::mpsc::UnboundedSender<Event>),
     Abort(RequestId),
+    ObserveSteps(StepObserver),
     /// Stop admitting; finish what is in flight, then exit.
     Shutdown,
 }
@@ -134,6 +150,11 @@ impl EngineHandle {
         let _ = self.commands.send(Command::Abort(id));
     }
 
+    /// Calls `observer` after each step from now on (replacing any earlier one).
+    pub fn observe_steps(&self, observer: StepObserver) {
+        let _ = self.commands.send(Command::ObserveSteps(observer));
+    }
+
     /// The latest per-step statistics.
     pub fn stats(&self) -> EngineStats {
         self.stats.lock().expect("stats lock").clone()
@@ -148,36 +169,59 @@ impl EngineHandle {
     }
 }
 
-fn run_loop(mut engine: Engine, commands: Receiver<Command>, stats: Arc<Mutex<EngineStats>>) {
-    let mut shutting_down = false;
-    let handle = |engine: &mut Engine, cmd: Command, shutting_down: &mut bool| match cmd {
+/// What the loop keeps besides the engine.
+#[derive(Default)]
+struct LoopState {
+    shutting_down: bool,
+    observer: Option<StepObserver>,
+}
+
+fn handle_command(engine: &mut Engine, cmd: Command, st: &mut LoopState) {
+    match cmd {
         Command::Submit(id, req, sink) => {
-            if *shutting_down {
+            if st.shutting_down {
                 let _ = sink.send(Event::Error("the server is shutting down".into()));
             } else {
                 let _ = engine.add_request(id, *req, sink);
             }
         }
         Command::Abort(id) => engine.abort(id),
-        Command::Shutdown => *shutting_down = true,
-    };
+        Command::ObserveSteps(f) => st.observer = Some(f),
+        Command::Shutdown => st.shutting_down = true,
+    }
+}
+
+fn run_loop(mut engine: Engine, commands: Receiver<Command>, stats: Arc<Mutex<EngineStats>>) {
+    let mut st = LoopState::default();
     loop {
         if !engine.has_work() {
-            if shutting_down {
+            if st.shutting_down {
                 break;
             }
             // Idle: block until a command arrives (with a timeout to publish stats).
             match commands.recv_timeout(Duration::from_millis(500)) {
-                Ok(cmd) => handle(&mut engine, cmd, &mut shutting_down),
+                Ok(cmd) => handle_command(&mut engine, cmd, &mut st),
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
         while let Ok(cmd) = commands.try_recv() {
-            handle(&mut engine, cmd, &mut shutting_down);
+            handle_command(&mut engine, cmd, &mut st);
         }
+        let (start, t0) = (SystemTime::now(), Instant::now());
         let computed = engine.step();
-        *stats.lock().expect("stats lock") = engine.stats().clone();
+        let s = engine.stats().clone();
+        if let (Some(observe), true) = (st.observer.as_mut(), computed > 0) {
+            observe(&StepRecord {
+                start,
+                duration: t0.elapsed(),
+                tokens: computed,
+                running: s.running,
+                waiting: s.waiting,
+                kv_usage: s.kv_usage,
+            });
+        }
+        *stats.lock().expect("stats lock") = s;
         if computed == 0 && engine.has_work() {
             // Nothing schedulable right now (should be rare): don't spin.
             std::thread::sleep(Duration::from_millis(1));

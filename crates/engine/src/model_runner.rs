@@ -86,6 +86,12 @@ impl CpuModelRunner {
         let kv = model.llama.new_kv_pool(plan.num_blocks, plan.block_size, dtype);
         Self { model, cpu, kv }
     }
+
+    /// Commits the KV pool's memory now (see `KvPool::prefault`).
+    pub fn prefault(mut self) -> Self {
+        self.kv.prefault();
+        self
+    }
 }
 
 impl ModelRunner for CpuModelRunner {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use peregrine_engine::handle::EngineHandle;
+use peregrine_engine::handle::{EngineHandle, StepObserver, StepRecord};
 use peregrine_model::tokenizer::Tokenizer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -14,13 +14,15 @@ use crate::config::ServerConfig;
 use crate::logging::Logger;
 use crate::routes::router;
 use crate::state::{AppState, ModelInfo};
-use crate::tracing::Tracer;
+use crate::tracing::{new_span_id, new_trace_id, Span, Tracer};
 
 /// What the loader hands over once the model is ready.
 pub struct Loaded {
     pub engine: EngineHandle,
     pub tokenizer: Arc<Tokenizer>,
     pub model: ModelInfo,
+    /// A line about the engine (KV-cache plan, threads) for the start-up log.
+    pub description: String,
 }
 
 /// Runs the server on its own runtime until it is told to stop.
@@ -54,11 +56,19 @@ where
     tokio::spawn(async move {
         let outcome =
             tokio::task::spawn_blocking(load).await.unwrap_or_else(|e| Err(format!("loader panicked: {e}")));
-        let installed = outcome.and_then(|l| loading.set_backend(l.engine, l.tokenizer, l.model));
+        let installed = outcome.and_then(|l| {
+            if let Some(t) = &loading.tracer {
+                l.engine.observe_steps(step_spans(t.clone()));
+            }
+            loading.set_backend(l.engine, l.tokenizer, l.model).map(|()| l.description)
+        });
         match installed {
-            Ok(()) => loading.log.info(
+            Ok(description) => loading.log.info(
                 "model loaded; ready",
-                &[("seconds", ((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0).into())],
+                &[
+                    ("seconds", ((t0.elapsed().as_secs_f64() * 100.0).round() / 100.0).into()),
+                    ("engine", description.into()),
+                ],
             ),
             Err(e) => {
                 loading.log.error(&format!("loading the model failed: {e}"), &[]);
@@ -103,6 +113,27 @@ where
     }
     log.info("stopped", &[]);
     Ok(())
+}
+
+/// One span per engine step (its own trace: a step serves many requests).
+fn step_spans(tracer: Tracer) -> StepObserver {
+    Box::new(move |r: &StepRecord| {
+        tracer.record(Span {
+            name: "engine step".into(),
+            trace_id: new_trace_id(),
+            span_id: new_span_id(),
+            parent: None,
+            start: r.start,
+            end: r.start + r.duration,
+            attributes: vec![
+                ("peregrine.step.tokens", r.tokens.into()),
+                ("peregrine.step.running", r.running.into()),
+                ("peregrine.step.waiting", r.waiting.into()),
+                ("peregrine.kv_cache_usage", r.kv_usage.into()),
+            ],
+            error: false,
+        })
+    })
 }
 
 async fn wait_for_signal() {

@@ -204,14 +204,17 @@ fn prepare(state: &AppState, backend: &Backend, r: TgiRequest) -> ApiResult<Prep
     })
 }
 
-/// One TGI token object.
-fn token_json(tokenizer: &Tokenizer, id: u32, logprob: Option<f32>) -> Value {
-    json!({"id": id, "text": token_text(tokenizer, id), "logprob": logprob, "special": tokenizer.is_special(id)})
+/// One TGI token object. `text`: what the token adds to the output, decoded
+/// incrementally ("" while a character is incomplete), so that the texts add up to
+/// `generated_text`, as TGI's do; `None` for a token outside the text (eos).
+fn token_json(tokenizer: &Tokenizer, id: u32, text: Option<&str>, logprob: Option<f32>) -> Value {
+    let text = text.map_or_else(|| token_text(tokenizer, id), str::to_string);
+    json!({"id": id, "text": text, "logprob": logprob, "special": tokenizer.is_special(id)})
 }
 
 fn top_tokens_json(tokenizer: &Tokenizer, lp: Option<&TokenLogprob>) -> Value {
     let top = lp.map(|lp| lp.top.as_slice()).unwrap_or_default();
-    Value::Array(top.iter().map(|&(t, l)| token_json(tokenizer, t, Some(l))).collect())
+    Value::Array(top.iter().map(|&(t, l)| token_json(tokenizer, t, None, Some(l))).collect())
 }
 
 /// The token that ended a sample outside the text (eos or a stop token), if any.
@@ -272,14 +275,19 @@ async fn collect(mut gen: Generation, p: &Prepared, tokenizer: &Tokenizer) -> Ap
             Event::Token { index, token, text, logprob, .. } => {
                 let s = &mut seqs[index];
                 s.text.push_str(&text);
-                s.tokens.push(token_json(tokenizer, token, logprob.as_ref().map(|l| l.logprob)));
+                s.tokens.push(token_json(tokenizer, token, Some(&text), logprob.as_ref().map(|l| l.logprob)));
                 s.top_tokens.push(top_tokens_json(tokenizer, logprob.as_ref()));
             }
             Event::Finished { index, reason, text, cumulative_logprob, logprob } => {
                 let s = &mut seqs[index];
                 s.text.push_str(&text);
+                // Text held back until the end (a possible stop string) belongs to the last token.
+                if let Some(last) = s.tokens.last_mut().filter(|_| !text.is_empty()) {
+                    let t = format!("{}{text}", last["text"].as_str().unwrap_or(""));
+                    last["text"] = Value::from(t);
+                }
                 if let Some(t) = ending_token(&reason) {
-                    s.tokens.push(token_json(tokenizer, t, logprob.as_ref().map(|l| l.logprob)));
+                    s.tokens.push(token_json(tokenizer, t, None, logprob.as_ref().map(|l| l.logprob)));
                     s.top_tokens.push(top_tokens_json(tokenizer, logprob.as_ref()));
                 }
                 s.cumulative = cumulative_logprob.unwrap_or(0.0);
@@ -340,32 +348,33 @@ fn stream_response(mut gen: Generation, p: Prepared, tokenizer: Arc<Tokenizer>) 
     sse::response(false, move |sink| async move {
         let mut text = p.full_text_prefix.clone().unwrap_or_default();
         let mut index = 0usize;
-        // (token, logprob) of a `last` token, waiting for its `Finished`.
-        let mut last: Option<(u32, Option<TokenLogprob>)> = None;
+        // (token, its text, logprob) of a `last` token, waiting for its `Finished`.
+        let mut last: Option<(u32, String, Option<TokenLogprob>)> = None;
         loop {
             let event = tokio::select! {
                 e = gen.next() => e,
                 _ = sink.closed() => return,
             };
             let Some(event) = event else { return };
-            let (token, logprob, end) = match event {
+            let (token, token_text, logprob, end) = match event {
                 Event::Token { token, text: t, logprob, last: is_last, .. } => {
                     text.push_str(&t);
                     if is_last {
-                        last = Some((token, logprob));
+                        last = Some((token, t, logprob));
                         continue;
                     }
-                    (token, logprob, None)
+                    (token, Some(t), logprob, None)
                 }
                 Event::Finished { reason, text: t, logprob, .. } => {
                     text.push_str(&t);
-                    let (token, logprob) = match (ending_token(&reason), last.take()) {
-                        (Some(t), _) => (t, logprob),
-                        (None, Some(held)) => held,
+                    let (token, token_text, logprob) = match (ending_token(&reason), last.take()) {
+                        // eos: its own text; any held-back text was sent with the tokens before.
+                        (Some(id), _) => (id, None, logprob),
+                        (None, Some((id, held, lp))) => (id, Some(format!("{held}{t}")), lp),
                         // Aborted between tokens: nothing to report.
                         (None, None) => return,
                     };
-                    (token, logprob, Some(reason))
+                    (token, token_text, logprob, Some(reason))
                 }
                 Event::Error(m) => {
                     sink.json(&engine_error(m).flavor(Flavor::Tgi).body()).await;
@@ -377,7 +386,7 @@ fn stream_response(mut gen: Generation, p: Prepared, tokenizer: Arc<Tokenizer>) 
             index += 1;
             let mut e = json!({
                 "index": index,
-                "token": token_json(&tokenizer, token, logprob.as_ref().map(|l| l.logprob)),
+                "token": token_json(&tokenizer, token, token_text.as_deref(), logprob.as_ref().map(|l| l.logprob)),
                 "generated_text": null,
                 "details": null,
             });

@@ -115,6 +115,18 @@ impl<T: Elem> Planes<T> {
         }
     }
 
+    /// Writes one element per 4 KiB page, so the OS commits every page now.
+    fn touch(&mut self) {
+        let step = (4096 / std::mem::size_of::<T>()).max(1);
+        for plane in self.k.iter_mut().chain(&mut self.v) {
+            for i in (0..plane.len()).step_by(step) {
+                let x = plane[i];
+                // Volatile: the store must happen although it writes the value already there.
+                unsafe { std::ptr::write_volatile(&mut plane[i], x) };
+            }
+        }
+    }
+
     fn write(&mut self, layer: usize, slot: usize, d: usize, k: &[f32], v: &[f32]) {
         T::store(&mut self.k[layer][slot * d..(slot + 1) * d], k);
         T::store(&mut self.v[layer][slot * d..(slot + 1) * d], v);
@@ -180,6 +192,18 @@ impl KvPool {
 
     pub fn dtype(&self) -> KvDtype {
         self.dtype
+    }
+
+    /// Commits the whole pool's memory now instead of page by page as blocks are first
+    /// written: a server's memory is then flat from start-up on (as vLLM's and
+    /// llama.cpp's, which clear their caches at start), and no page faults land in
+    /// decode steps.
+    pub fn prefault(&mut self) {
+        match &mut self.storage {
+            Storage::F32(p) => p.touch(),
+            Storage::F16(p) => p.touch(),
+            Storage::Bf16(p) => p.touch(),
+        }
     }
 
     /// Bytes the K and V storage of all layers takes.
