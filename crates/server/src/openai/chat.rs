@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::completions::stop_reason;
-use super::CommonFields;
-use super::{collect, engine_error, finish_name, response_id, start_all, unix_now, usage_json};
+use super::{collect, finish_name, response_id, start_all, stream_error, unix_now, usage_json};
+use super::{ChunkHeader, CommonFields};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::sse;
@@ -202,24 +202,10 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, body: JsonBody
     }
 
     let (include_usage, continuous) = (common.include_usage(), common.continuous_usage());
+    let header = ChunkHeader { id, object: "chat.completion.chunk", created, model };
     Ok(sse::response(true, move |sink| async move {
-        let chunk = |index: usize,
-                     delta: Value,
-                     logprobs: Value,
-                     finish: Option<&FinishReason>,
-                     usage: Option<Value>| {
-            let mut c = json!({
-                "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{
-                    "index": index, "delta": delta, "logprobs": logprobs,
-                    "finish_reason": finish.map(FinishReason::openai),
-                    "stop_reason": finish.and_then(stop_reason),
-                }],
-            });
-            if let Some(u) = usage {
-                c["usage"] = u;
-            }
-            c
+        let chunk = |index: usize, delta: Value, logprobs: Value, finish: Option<&FinishReason>, usage| {
+            header.chunk(json!({"index": index, "delta": delta, "logprobs": logprobs}), finish, usage)
         };
         for i in 0..n {
             if !sink
@@ -254,26 +240,14 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, body: JsonBody
                     usage = Some(u);
                     true
                 }
-                Event::Error(m) => {
-                    sink.json(&json!({"error": engine_error(m).body()["error"]})).await;
-                    return;
-                }
+                Event::Error(m) => return stream_error(&sink, m).await,
                 Event::Scheduled | Event::PromptLogprobs(_) => true,
             };
             if !sent {
                 return;
             }
         }
-        if let (true, Some(u)) = (include_usage, usage) {
-            let last = json!({
-                "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [], "usage": usage_json(&u),
-            });
-            if !sink.json(&last).await {
-                return;
-            }
-        }
-        sink.data("[DONE]").await;
+        header.finish(&sink, usage.as_ref().filter(|_| include_usage)).await;
     }))
 }
 

@@ -11,8 +11,8 @@ use peregrine_model::tokenizer::Tokenizer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{collect, engine_error, finish_name, response_id, start_all, token_text, unix_now, usage_json};
-use super::{ChoiceOut, CommonFields};
+use super::{collect, finish_name, response_id, start_all, stream_error, token_text, unix_now, usage_json};
+use super::{ChoiceOut, ChunkHeader, CommonFields};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
 use crate::sse;
@@ -127,24 +127,10 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
     let want_logprobs = fields.logprobs.is_some();
     let (include_usage, continuous) = (common.include_usage(), common.continuous_usage());
     let prompt_texts: Vec<String> = prompts.into_iter().map(|p| p.text).collect();
+    let header = ChunkHeader { id, object: "text_completion", created, model };
     Ok(sse::response(true, move |sink| async move {
-        let chunk = |index: usize,
-                     text: &str,
-                     logprobs: Value,
-                     finish: Option<&FinishReason>,
-                     usage: Option<Value>| {
-            let mut c = json!({
-                "id": id, "object": "text_completion", "created": created, "model": model,
-                "choices": [{
-                    "index": index, "text": text, "logprobs": logprobs,
-                    "finish_reason": finish.map(FinishReason::openai),
-                    "stop_reason": finish.and_then(stop_reason),
-                }],
-            });
-            if let Some(u) = usage {
-                c["usage"] = u;
-            }
-            c
+        let chunk = |index: usize, text: &str, logprobs: Value, finish: Option<&FinishReason>, usage| {
+            header.chunk(json!({"index": index, "text": text, "logprobs": logprobs}), finish, usage)
         };
         // Per choice: characters emitted so far (logprobs' text_offset).
         let mut offsets = vec![0usize; gens.len() * n];
@@ -185,26 +171,14 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: JsonBody) -> 
                     add_usage(&mut usage, &u);
                     true
                 }
-                Event::Error(m) => {
-                    sink.json(&json!({"error": engine_error(m).body()["error"]})).await;
-                    return;
-                }
+                Event::Error(m) => return stream_error(&sink, m).await,
                 Event::Scheduled | Event::PromptLogprobs(_) => true,
             };
             if !sent {
                 return;
             }
         }
-        if include_usage {
-            let last = json!({
-                "id": id, "object": "text_completion", "created": created, "model": model,
-                "choices": [], "usage": usage_json(&usage),
-            });
-            if !sink.json(&last).await {
-                return;
-            }
-        }
-        sink.data("[DONE]").await;
+        header.finish(&sink, include_usage.then_some(&usage)).await;
     }))
 }
 

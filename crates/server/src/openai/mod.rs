@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 
 use crate::error::{ApiError, ApiResult, ErrorKind};
 use crate::generation::Generation;
+use crate::sse::Sink;
 use crate::state::{AppState, Backend};
 use crate::validate::{self, FieldNames};
 
@@ -235,6 +236,51 @@ pub fn engine_error(message: String) -> ApiError {
         ErrorKind::Generation
     };
     ApiError::new(kind, message)
+}
+
+/// What every streamed chunk of one response repeats, and the stream's ending.
+pub struct ChunkHeader {
+    pub id: String,
+    /// "text_completion" or "chat.completion.chunk".
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+}
+
+impl ChunkHeader {
+    /// A chunk with one choice (index, its delta or text, `logprobs`, finish and
+    /// vLLM's `stop_reason`); `usage` on it when given.
+    pub fn chunk(&self, mut choice: Value, finish: Option<&FinishReason>, usage: Option<Value>) -> Value {
+        choice["finish_reason"] = json!(finish.map(FinishReason::openai));
+        choice["stop_reason"] = json!(finish.and_then(completions::stop_reason));
+        let mut c = json!({
+            "id": self.id, "object": self.object, "created": self.created, "model": self.model,
+            "choices": [choice],
+        });
+        if let Some(u) = usage {
+            c["usage"] = u;
+        }
+        c
+    }
+
+    /// The end of a stream: a usage chunk with no choices (when asked), then `[DONE]`.
+    pub async fn finish(&self, sink: &Sink, usage: Option<&Usage>) {
+        if let Some(u) = usage {
+            let last = json!({
+                "id": self.id, "object": self.object, "created": self.created, "model": self.model,
+                "choices": [], "usage": usage_json(u),
+            });
+            if !sink.json(&last).await {
+                return;
+            }
+        }
+        sink.data("[DONE]").await;
+    }
+}
+
+/// An engine error after the stream has started, as OpenAI's streaming error event.
+pub async fn stream_error(sink: &Sink, message: String) {
+    sink.json(&json!({"error": engine_error(message).body()["error"]})).await;
 }
 
 pub fn usage_json(u: &Usage) -> Value {
