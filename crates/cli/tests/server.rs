@@ -481,6 +481,38 @@ fn over_max_concurrent_requests_is_429_at_once() {
     }
 }
 
+#[test]
+fn queue_caps_refuse_with_429_while_requests_wait() {
+    // One sequence runs at a time: everything after the first waits in the queue.
+    let s = Server::start(&["--max-num-seqs", "1", "--max-queue-requests", "2", "--max-queue-tokens", "20"]);
+    let long =
+        |prompt: &str| json!({"prompt": prompt, "max_tokens": 1000, "ignore_eos": true, "stream": true});
+    let mut running = raw_post(s.port, "/v1/completions", &long(PROMPT));
+    read_first_event(&mut running);
+    // 8 prompt tokens wait.
+    let _waiting = raw_post(s.port, "/v1/completions", &long(PROMPT));
+    s.wait_metrics(Duration::from_secs(10), "one request queued", |m| {
+        m.get("peregrine:queue_requests", &[]) == 1.0 && m.get("peregrine:queue_tokens", &[]) == 8.0
+    });
+    // 16 more would make 24 > 20 queued prompt tokens.
+    let r = s.post("/v1/completions", &json!({"prompt": format!("{PROMPT}{PROMPT}"), "max_tokens": 2}));
+    let e = openai_error(&r, 429, None);
+    assert!(e["message"].as_str().unwrap().contains("--max-queue-tokens"), "{e}");
+    // 2 more fit the token cap; then the request cap (2) is full.
+    let _also_waiting = raw_post(s.port, "/v1/completions", &long("Hi there"));
+    s.wait_metrics(Duration::from_secs(10), "two requests queued", |m| {
+        m.get("peregrine:queue_requests", &[]) == 2.0
+    });
+    let e = openai_error(&s.post("/v1/completions", &completion(2)), 429, None);
+    assert!(e["message"].as_str().unwrap().contains("--max-queue-requests"), "{e}");
+    // Clients leaving empty the queue; the server admits again.
+    drop((running, _waiting, _also_waiting));
+    s.wait_metrics(Duration::from_secs(10), "the queue empties", |m| {
+        m.get("peregrine:queue_requests", &[]) == 0.0 && m.running() == 0.0
+    });
+    assert_eq!(s.post("/v1/completions", &completion(2)).json()["usage"]["completion_tokens"], 2);
+}
+
 /// Reads a raw streaming response up to its first `data:` event; checks the status.
 fn read_first_event(sock: &mut TcpStream) {
     sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

@@ -64,7 +64,8 @@ impl Admission {
             }
         }
         if let Some(max) = self.max_queue_tokens {
-            if c.queued_tokens + tokens > max {
+            // An empty queue takes any prompt: a long one must not be refused forever.
+            if c.queued_requests > 0 && c.queued_tokens + tokens > max {
                 return Err(ApiError::overloaded(format!(
                     "Model is overloaded: {} prompt tokens queued, this request adds {tokens} \
                      (--max-queue-tokens {max})",
@@ -135,6 +136,7 @@ mod tests {
         let a = admission(100, Some(3), Some(100));
         let t1 = a.admit(&[60]).unwrap();
         assert!(a.admit(&[50]).is_err(), "60 + 50 tokens > 100");
+        drop(a.admit(&[500, 1]).err());
         t1.scheduled(60);
         let t2 = a.admit(&[50, 40]).unwrap();
         assert_eq!(a.counts(), Counts { active: 2, queued_requests: 2, queued_tokens: 90 });
