@@ -129,17 +129,21 @@ fn request_from_json(
     };
     let f32_field = |k: &str| v.get(k).and_then(Value::as_f64).map(|x| x as f32);
     let u64_field = |k: &str| v.get(k).and_then(Value::as_u64);
-    if let Some(t) = f32_field("temperature") {
-        params.temperature = t;
-    }
-    if let Some(t) = f32_field("top_p") {
-        params.top_p = t;
+    for (key, slot) in [
+        ("temperature", &mut params.temperature),
+        ("top_p", &mut params.top_p),
+        ("min_p", &mut params.min_p),
+        ("typical_p", &mut params.typical_p),
+        ("repetition_penalty", &mut params.repetition_penalty),
+        ("frequency_penalty", &mut params.frequency_penalty),
+        ("presence_penalty", &mut params.presence_penalty),
+    ] {
+        if let Some(x) = f32_field(key) {
+            *slot = x;
+        }
     }
     if let Some(t) = u64_field("top_k") {
         params.top_k = t as usize;
-    }
-    if let Some(t) = f32_field("min_p") {
-        params.min_p = t;
     }
     if let Some(s) = u64_field("seed") {
         params.seed = Some(s);

@@ -20,6 +20,9 @@ fn batch_mode_runs_every_line_and_reports_throughput() {
             "\n",
             "{\"messages\": [{\"role\": \"user\", \"content\": \"Say hi.\"}], \"max_tokens\": 40}\n",
             "{\"prompt_token_ids\": [504, 3575], \"max_tokens\": 5, \"n\": 2, \"temperature\": 1.0, \"seed\": 3}\n",
+            // Greedy repeats " one,"; a line's own repetition penalty must break that.
+            "{\"prompt\": \"one, one, one, one, one, one,\", \"max_tokens\": 6}\n",
+            "{\"prompt\": \"one, one, one, one, one, one,\", \"max_tokens\": 6, \"repetition_penalty\": 1.5}\n",
         ),
     )
     .unwrap();
@@ -37,12 +40,14 @@ fn batch_mode_runs_every_line_and_reports_throughput() {
     ]);
     assert!(ok, "{stderr}");
     let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 3);
+    assert_eq!(lines.len(), 5);
     let text = |i: usize, j: usize| lines[i]["outputs"][j]["text"].as_str().unwrap().to_string();
     // Batched with others, the greedy answer is the one it gets alone (tests/cli.rs).
     assert!(text(0, 0).starts_with(" Paris.\n\nThe"), "{:?}", text(0, 0));
     assert_eq!(lines[1]["outputs"][0]["finish_reason"], "stop", "the chat answer ends at eos");
     assert_eq!(lines[2]["outputs"].as_array().unwrap().len(), 2);
+    assert_eq!(text(3, 0), " one, one, one,", "greedy repeats");
+    assert_ne!(text(4, 0), text(3, 0), "the line's repetition_penalty applies");
     assert!(stderr.contains("aggregate: ") && stderr.contains("generated tok/s"), "{stderr}");
 
     // A bad line is an error naming the line.
