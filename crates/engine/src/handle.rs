@@ -74,13 +74,6 @@ impl RequestStream {
         e
     }
 
-    /// The next event if one is already waiting; never waits.
-    pub fn try_next(&mut self) -> Option<Event> {
-        let e = self.events.try_recv().ok();
-        self.done |= matches!(e, Some(Event::Done(_) | Event::Error(_)));
-        e
-    }
-
     /// `next` for synchronous callers (not from inside an async runtime).
     pub fn blocking_next(&mut self) -> Option<Event> {
         let e = self.events.blocking_recv();

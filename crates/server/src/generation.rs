@@ -87,18 +87,6 @@ impl Generation {
         e
     }
 
-    /// The next event if it is already waiting.
-    pub fn try_next(&mut self) -> Option<Event> {
-        if self.ended {
-            return None;
-        }
-        let e = self.stream.try_next();
-        if e.is_some() {
-            self.observe(e.as_ref());
-        }
-        e
-    }
-
     fn observe(&mut self, e: Option<&Event>) {
         let now = Instant::now();
         match e {

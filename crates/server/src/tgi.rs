@@ -147,7 +147,7 @@ fn prepare(state: &AppState, backend: &Backend, r: TgiRequest) -> ApiResult<Prep
             "`decoder_input_details` == true is not supported when streaming tokens".into(),
         ));
     }
-    validate::check_stops(limits, &p.stop, "parameters.stop").map_err(|e| e.flavor(Flavor::Tgi))?;
+    validate::check_stops(limits, &p.stop, "parameters.stop")?;
 
     let mut prompt =
         backend.tokenizer.encode(&r.inputs, true).map_err(|e| ApiError::invalid("inputs", e.to_string()))?;
@@ -170,7 +170,7 @@ fn prepare(state: &AppState, backend: &Backend, r: TgiRequest) -> ApiResult<Prep
         }
     };
     let max_new = validate::check_lengths(backend, TGI, &prompt, max_new)?;
-    let seed = sampling.then(|| p.seed.unwrap_or_else(|| u64::from_le_bytes(crate::tracing::new_span_id())));
+    let seed = sampling.then(|| p.seed.unwrap_or_else(rand::random));
     let params = SamplingParams {
         temperature: if sampling { p.temperature.unwrap_or(1.0) } else { 0.0 },
         top_k: p.top_k.unwrap_or(0) as usize,

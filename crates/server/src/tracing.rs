@@ -66,37 +66,11 @@ impl Tracer {
 
 /// Random ids (trace and span ids must be non-zero).
 pub fn new_trace_id() -> [u8; 16] {
-    let mut id = [0u8; 16];
-    id[..8].copy_from_slice(&random_u64().to_le_bytes());
-    id[8..].copy_from_slice(&random_u64().to_le_bytes());
-    id
+    rand::random::<std::num::NonZeroU128>().get().to_le_bytes()
 }
 
 pub fn new_span_id() -> [u8; 8] {
-    random_u64().to_le_bytes()
-}
-
-fn random_u64() -> u64 {
-    loop {
-        let v: u64 = rand_u64();
-        if v != 0 {
-            return v;
-        }
-    }
-}
-
-fn rand_u64() -> u64 {
-    use std::collections::hash_map::RandomState;
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    // A fresh SipHash key per process, fed a counter: unique and unpredictable enough for ids.
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    thread_local!(static STATE: RandomState = RandomState::new());
-    STATE.with(|s| {
-        let mut h = s.build_hasher();
-        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-        h.finish()
-    })
+    rand::random::<std::num::NonZeroU64>().get().to_le_bytes()
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -12,8 +12,7 @@ use peregrine_model::tokenizer::Tokenizer;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::completions::stop_reason;
-use super::{collect, finish_name, response_id, start_all, stream_error, unix_now, usage_json};
+use super::{collect, response_id, start_all, stream_error, unix_now, usage_json, with_finish};
 use super::{ChunkHeader, CommonFields};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
@@ -185,13 +184,8 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, body: JsonBody
                         ch.logprobs.iter().map(|lp| logprob_entry(&tokenizer, lp)).collect();
                     json!({"content": content})
                 });
-                json!({
-                    "index": i,
-                    "message": {"role": "assistant", "content": ch.text},
-                    "logprobs": logprobs,
-                    "finish_reason": finish_name(&ch.finish),
-                    "stop_reason": ch.finish.as_ref().and_then(stop_reason),
-                })
+                let message = json!({"role": "assistant", "content": ch.text});
+                with_finish(json!({"index": i, "message": message, "logprobs": logprobs}), ch.finish.as_ref())
             })
             .collect();
         let body = json!({

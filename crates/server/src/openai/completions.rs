@@ -6,12 +6,12 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use peregrine_engine::request::{Event, FinishReason, StopMatch, TokenLogprob, Usage};
+use peregrine_engine::request::{Event, FinishReason, TokenLogprob, Usage};
 use peregrine_model::tokenizer::Tokenizer;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{collect, finish_name, response_id, start_all, stream_error, token_text, unix_now, usage_json};
+use super::{collect, response_id, start_all, stream_error, token_text, unix_now, usage_json, with_finish};
 use super::{ChoiceOut, ChunkHeader, CommonFields};
 use crate::body::JsonBody;
 use crate::error::{ApiError, ApiResult};
@@ -188,15 +188,6 @@ fn add_usage(total: &mut Usage, u: &Usage) {
     total.cached_prompt_tokens += u.cached_prompt_tokens;
 }
 
-/// vLLM's `stop_reason`: the stop string or stop token id that matched, else null.
-pub fn stop_reason(f: &FinishReason) -> Option<Value> {
-    match f {
-        FinishReason::Stop(StopMatch::Text(s)) => Some(Value::from(s.as_str())),
-        FinishReason::Stop(StopMatch::Token(t)) => Some(Value::from(*t)),
-        _ => None,
-    }
-}
-
 fn choice_json(
     tokenizer: &Tokenizer,
     index: usize,
@@ -215,13 +206,7 @@ fn choice_json(
     text.push_str(&choice.text);
     entries.extend(choice.tokens.iter().zip(&choice.logprobs).map(|(&t, lp)| (t, Some(lp))));
     let logprobs = if want_logprobs { logprobs_json(tokenizer, &entries, 0) } else { Value::Null };
-    json!({
-        "index": index,
-        "text": text,
-        "logprobs": logprobs,
-        "finish_reason": finish_name(&choice.finish),
-        "stop_reason": choice.finish.as_ref().and_then(stop_reason),
-    })
+    with_finish(json!({"index": index, "text": text, "logprobs": logprobs}), choice.finish.as_ref())
 }
 
 /// OpenAI's legacy logprobs object: parallel lists of tokens, their logprobs, the

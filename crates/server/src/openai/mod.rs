@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use peregrine_engine::request::{Event, FinishReason, GenerateRequest, TokenLogprob, Usage};
+use peregrine_engine::request::{Event, FinishReason, GenerateRequest, StopMatch, TokenLogprob, Usage};
 use peregrine_engine::sampler::SamplingParams;
 use peregrine_model::tokenizer::Tokenizer;
 use serde::Deserialize;
@@ -250,9 +250,8 @@ pub struct ChunkHeader {
 impl ChunkHeader {
     /// A chunk with one choice (index, its delta or text, `logprobs`, finish and
     /// vLLM's `stop_reason`); `usage` on it when given.
-    pub fn chunk(&self, mut choice: Value, finish: Option<&FinishReason>, usage: Option<Value>) -> Value {
-        choice["finish_reason"] = json!(finish.map(FinishReason::openai));
-        choice["stop_reason"] = json!(finish.and_then(completions::stop_reason));
+    pub fn chunk(&self, choice: Value, finish: Option<&FinishReason>, usage: Option<Value>) -> Value {
+        let choice = with_finish(choice, finish);
         let mut c = json!({
             "id": self.id, "object": self.object, "created": self.created, "model": self.model,
             "choices": [choice],
@@ -292,9 +291,17 @@ pub fn usage_json(u: &Usage) -> Value {
     })
 }
 
-/// The OpenAI finish reason ("abort" is reported as vLLM does).
-pub fn finish_name(f: &Option<FinishReason>) -> Option<&'static str> {
-    f.as_ref().map(FinishReason::openai)
+/// A choice with its `finish_reason` (OpenAI's name; "abort" as vLLM reports it) and
+/// vLLM's `stop_reason`: the stop string or stop token id that matched, else null.
+pub fn with_finish(mut choice: Value, finish: Option<&FinishReason>) -> Value {
+    let stop_reason = match finish {
+        Some(FinishReason::Stop(StopMatch::Text(s))) => Value::from(s.as_str()),
+        Some(FinishReason::Stop(StopMatch::Token(t))) => Value::from(*t),
+        _ => Value::Null,
+    };
+    choice["finish_reason"] = json!(finish.map(FinishReason::openai));
+    choice["stop_reason"] = stop_reason;
+    choice
 }
 
 /// A token's text as logprobs report it (its bytes, lossily as UTF-8).
@@ -304,9 +311,7 @@ pub fn token_text(tokenizer: &Tokenizer, id: u32) -> String {
 
 /// `cmpl-…` / `chatcmpl-…`: unique per response.
 pub fn response_id(prefix: &str) -> String {
-    let a = u64::from_le_bytes(crate::tracing::new_span_id());
-    let b = u64::from_le_bytes(crate::tracing::new_span_id());
-    format!("{prefix}-{a:016x}{b:016x}")
+    format!("{prefix}-{:032x}", rand::random::<u128>())
 }
 
 pub fn unix_now() -> u64 {
