@@ -12,6 +12,8 @@ use peregrine_engine::scheduler::SchedulerConfig;
 use peregrine_engine::watermark::WatermarkConfig;
 use peregrine_model::load::Model;
 
+use crate::Device;
+
 #[derive(Args, Clone, Debug)]
 pub struct EngineArgs {
     /// Tokens per KV-cache block.
@@ -48,6 +50,9 @@ pub struct EngineArgs {
     /// TGI: … or after this many steps without joining.
     #[arg(long, default_value_t = 20, env = "MAX_WAITING_TOKENS")]
     pub max_waiting_tokens: usize,
+    /// GPU: fraction of device memory for weights, activations and the KV cache.
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
     /// Watermark: fraction of the vocabulary in each green list.
     #[arg(long, default_value_t = 0.5)]
     pub watermark_gamma: f32,
@@ -83,9 +88,18 @@ impl EngineArgs {
         }
     }
 
-    /// The CPU engine for `model`, and a line describing its KV-cache plan.
-    /// `prefault`: commit the KV cache's memory now (the server), not as it fills.
-    pub fn build(&self, model: Arc<Model>, threads: usize, prefault: bool) -> Result<(Engine, String)> {
+    /// The engine for `model` on `device`, and a line describing its memory plan.
+    /// `prefault`: commit the CPU KV cache's memory now (the server), not as it fills.
+    pub fn build_on(
+        &self,
+        model: Arc<Model>,
+        device: Device,
+        threads: usize,
+        prefault: bool,
+    ) -> Result<(Engine, String)> {
+        if let Device::Cuda(ordinal) = device {
+            return self.build_cuda(model, ordinal);
+        }
         let kv = KvCacheConfig {
             block_size: self.block_size,
             dtype: self.kv_dtype()?,
@@ -95,23 +109,8 @@ impl EngineArgs {
         let plan = kv.plan(&model.config).map_err(|e| anyhow!("--kv-cache-memory: {e}"))?;
         let cpu = Cpu::new(threads);
         let threads = cpu.threads();
-        let config = EngineConfig {
-            scheduler: SchedulerConfig {
-                max_num_batched_tokens: self.max_num_batched_tokens,
-                max_num_seqs: self.max_num_seqs,
-                chunked_prefill: !self.no_chunked_prefill,
-                waiting_served_ratio: self.waiting_served_ratio,
-                max_waiting_tokens: self.max_waiting_tokens,
-            },
-            prefix_caching: !self.no_prefix_caching,
-            max_model_len: self.max_model_len,
-            watermark: WatermarkConfig {
-                gamma: self.watermark_gamma,
-                delta: self.watermark_delta,
-                ..WatermarkConfig::default()
-            },
-        };
-        let mut runner = CpuModelRunner::new(model.clone(), cpu, plan, kv.dtype);
+        let config = self.engine_config();
+        let mut runner = CpuModelRunner::new(model.clone(), cpu, plan, kv.dtype)?;
         if prefault {
             runner = runner.prefault();
         }
@@ -136,6 +135,56 @@ impl EngineArgs {
             threads
         );
         Ok((engine, plan_line))
+    }
+
+    fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            scheduler: SchedulerConfig {
+                max_num_batched_tokens: self.max_num_batched_tokens,
+                max_num_seqs: self.max_num_seqs,
+                chunked_prefill: !self.no_chunked_prefill,
+                waiting_served_ratio: self.waiting_served_ratio,
+                max_waiting_tokens: self.max_waiting_tokens,
+            },
+            prefix_caching: !self.no_prefix_caching,
+            max_model_len: self.max_model_len,
+            watermark: WatermarkConfig {
+                gamma: self.watermark_gamma,
+                delta: self.watermark_delta,
+                ..WatermarkConfig::default()
+            },
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn build_cuda(&self, model: Arc<Model>, ordinal: usize) -> Result<(Engine, String)> {
+        use peregrine_engine::cuda_runner::{CudaModelRunner, CudaRunnerConfig};
+        let cfg = CudaRunnerConfig {
+            ordinal,
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            block_size: self.block_size,
+            num_blocks: self.num_kv_blocks,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            dummy_weights: model.llama.is_none(),
+        };
+        let runner = CudaModelRunner::load(&model, &cfg).map_err(|e| anyhow!("{e}"))?;
+        let line = runner.describe();
+        let engine = Engine::new(
+            Box::new(runner),
+            model.tokenizer.clone(),
+            model.eos_token_ids.clone(),
+            model.config.max_position_embeddings,
+            self.engine_config(),
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+        let line = format!("{line}; max model len {}", engine.max_model_len());
+        Ok((engine, line))
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn build_cuda(&self, _model: Arc<Model>, _ordinal: usize) -> Result<(Engine, String)> {
+        Err(anyhow!("this binary was built without CUDA support"))
     }
 }
 

@@ -99,8 +99,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         bail!("{e}");
     }
     let t_load = Instant::now();
+    let device = args.model.device()?;
     let model = Arc::new(
-        Model::load(&args.model.model, args.model.load_format())
+        Model::load(&args.model.model, args.model.load_format_for(device))
             .with_context(|| format!("loading model {}", args.model.model))?,
     );
     eprintln!(
@@ -110,7 +111,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         model.config.num_layers,
         t_load.elapsed().as_secs_f64(),
     );
-    let (engine, plan) = args.engine.build(model.clone(), args.model.threads, false)?;
+    let (engine, plan) = args.engine.build_on(model.clone(), device, args.model.threads, false)?;
     eprintln!("{plan}");
     let handle = EngineHandle::spawn(engine);
     if let Some(input) = &args.input {

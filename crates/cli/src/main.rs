@@ -1,6 +1,7 @@
 //! `peregrine`: the command-line front of the server, the generator and the benchmarks.
 
 mod batch;
+mod bench;
 mod engine_args;
 mod generate;
 mod inspect;
@@ -28,6 +29,11 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Generate text from a prompt or chat messages, streaming to stdout.
     Generate(Box<generate::GenerateArgs>),
+    /// Benchmarks: vLLM's offline latency and throughput tests.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
     /// Inspect models.
     Model {
         #[command(subcommand)]
@@ -38,6 +44,14 @@ enum Command {
         #[command(subcommand)]
         command: WatermarkCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// vLLM's benchmark_latency: one batch end to end, repeated; mean and percentiles.
+    Latency(Box<bench::LatencyArgs>),
+    /// vLLM's benchmark_throughput: every request at once, offline; requests and tokens per second.
+    Throughput(Box<bench::ThroughputArgs>),
 }
 
 #[derive(Subcommand)]
@@ -67,6 +81,24 @@ pub struct ModelArgs {
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0, env = "PEREGRINE_THREADS")]
     pub threads: usize,
+    /// Where the model runs: `auto` takes the first CUDA GPU when this binary has
+    /// CUDA support and a driver is found, else the CPU.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto, env = "PEREGRINE_DEVICE")]
+    pub device: DeviceArg,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceArg {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// The device a model runs on, once `auto` is resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(usize),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -83,6 +115,30 @@ pub enum DummyDtype {
 }
 
 impl ModelArgs {
+    /// Resolves `--device`. `cuda` on a binary or machine without CUDA is an error that
+    /// says why; `auto` falls back to the CPU and logs the reason.
+    pub fn device(&self) -> anyhow::Result<Device> {
+        match self.device {
+            DeviceArg::Cpu => Ok(Device::Cpu),
+            DeviceArg::Cuda => cuda_device().map_err(|why| anyhow::anyhow!("--device cuda: {why}")),
+            DeviceArg::Auto => Ok(cuda_device().unwrap_or_else(|why| {
+                if cfg!(feature = "cuda") {
+                    eprintln!("--device auto: using the CPU ({why})");
+                }
+                Device::Cpu
+            })),
+        }
+    }
+
+    /// The load format for `device`: dummy weights on a GPU are made there, so the
+    /// host loads the config alone.
+    pub fn load_format_for(&self, device: Device) -> LoadFormat {
+        match (self.load_format, device) {
+            (LoadFormatArg::Dummy, Device::Cuda(_)) => LoadFormat::ConfigOnly,
+            _ => self.load_format(),
+        }
+    }
+
     pub fn load_format(&self) -> LoadFormat {
         match self.load_format {
             LoadFormatArg::Auto => LoadFormat::Auto,
@@ -95,6 +151,20 @@ impl ModelArgs {
     }
 }
 
+#[cfg(feature = "cuda")]
+fn cuda_device() -> Result<Device, String> {
+    match peregrine_compute::cuda::device_count() {
+        Ok(0) => Err("the CUDA driver reports no GPU".into()),
+        Ok(_) => Ok(Device::Cuda(0)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device() -> Result<Device, String> {
+    Err("this binary was built without CUDA support (cargo build --release --features cuda)".into())
+}
+
 fn main() {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
@@ -104,6 +174,8 @@ fn main() {
             serve::run(*args, sub)
         }
         Command::Generate(args) => generate::run(*args),
+        Command::Bench { command: BenchCommand::Latency(args) } => bench::latency(*args),
+        Command::Bench { command: BenchCommand::Throughput(args) } => bench::throughput(*args),
         Command::Model { command: ModelCommand::Inspect(args) } => inspect::run(args),
         Command::Watermark { command: WatermarkCommand::Detect(args) } => watermark::run(args),
     };

@@ -16,7 +16,7 @@ use peregrine_server::{Limits, Loaded, ModelInfo, ServerConfig};
 use serde_json::{Map, Value};
 
 use crate::engine_args::{parse_bytes, EngineArgs};
-use crate::ModelArgs;
+use crate::{Device, ModelArgs};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -122,7 +122,8 @@ pub fn run(mut args: ServeArgs, matches: &ArgMatches) -> Result<()> {
 }
 
 fn load(model_args: &ModelArgs, engine_args: &EngineArgs) -> Result<Loaded> {
-    let model = Arc::new(Model::load(&model_args.model, model_args.load_format())?);
+    let device = model_args.device()?;
+    let model = Arc::new(Model::load(&model_args.model, model_args.load_format_for(device))?);
     let tokenizer = model
         .tokenizer
         .clone()
@@ -138,14 +139,17 @@ fn load(model_args: &ModelArgs, engine_args: &EngineArgs) -> Result<Loaded> {
     let info = ModelInfo {
         source: model.source.path().display().to_string(),
         architecture: model.config.architecture.name().to_string(),
-        device: "cpu".into(),
+        device: match device {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(i) => format!("cuda:{i}"),
+        },
         dtype,
         // The engine accepts ids below the logits' width.
         vocab_size: model.config.vocab_size,
         context_length: model.config.max_position_embeddings,
         num_layers: model.config.num_layers,
     };
-    let (engine, plan) = engine_args.build(model.clone(), model_args.threads, true)?;
+    let (engine, plan) = engine_args.build_on(model.clone(), device, model_args.threads, true)?;
     Ok(Loaded { engine: EngineHandle::spawn(engine), tokenizer, model: info, description: plan })
 }
 

@@ -2,4 +2,6 @@
 //! `compute` knows nothing of tokens or models; see docs/architecture.md.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod quant;

@@ -2,6 +2,8 @@
 //! paged KV cache and engine loop. See docs/architecture.md.
 
 pub mod block_manager;
+#[cfg(feature = "cuda")]
+pub mod cuda_runner;
 pub mod detokenizer;
 pub mod engine;
 pub mod handle;

@@ -82,9 +82,9 @@ pub struct CpuModelRunner {
 }
 
 impl CpuModelRunner {
-    pub fn new(model: Arc<Model>, cpu: Cpu, plan: KvPlan, dtype: KvDtype) -> Self {
-        let kv = model.llama.new_kv_pool(plan.num_blocks, plan.block_size, dtype);
-        Self { model, cpu, kv }
+    pub fn new(model: Arc<Model>, cpu: Cpu, plan: KvPlan, dtype: KvDtype) -> Result<Self, ModelError> {
+        let kv = model.llama()?.new_kv_pool(plan.num_blocks, plan.block_size, dtype);
+        Ok(Self { model, cpu, kv })
     }
 
     /// Commits the KV pool's memory now (see `KvPool::prefault`).
@@ -96,7 +96,7 @@ impl CpuModelRunner {
 
 impl ModelRunner for CpuModelRunner {
     fn execute(&mut self, batch: &Batch<'_>) -> Result<Vec<f32>, ModelError> {
-        self.model.llama.forward(&self.cpu, batch, &mut self.kv)
+        self.model.llama()?.forward(&self.cpu, batch, &mut self.kv)
     }
 
     fn copy_blocks(&mut self, copies: &[(BlockId, BlockId)]) {

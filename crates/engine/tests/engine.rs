@@ -62,7 +62,7 @@ fn engine(model: &Arc<Model>, s: Setup) -> Engine {
         num_blocks: Some(s.blocks),
     };
     let plan = kv.plan(&model.config).unwrap();
-    let runner = CpuModelRunner::new(model.clone(), Cpu::new(2), plan, s.dtype);
+    let runner = CpuModelRunner::new(model.clone(), Cpu::new(2), plan, s.dtype).unwrap();
     let config = EngineConfig {
         scheduler: SchedulerConfig {
             max_num_batched_tokens: s.budget,

@@ -17,7 +17,7 @@ fn spawn() -> EngineHandle {
     let model = Arc::new(Model::load(default_model_path().to_str().unwrap(), LoadFormat::Auto).unwrap());
     let kv = KvCacheConfig { num_blocks: Some(256), ..KvCacheConfig::default() };
     let plan = kv.plan(&model.config).unwrap();
-    let runner = CpuModelRunner::new(model.clone(), Cpu::new(2), plan, KvDtype::F32);
+    let runner = CpuModelRunner::new(model.clone(), Cpu::new(2), plan, KvDtype::F32).unwrap();
     let engine = Engine::new(
         Box::new(runner),
         model.tokenizer.clone(),

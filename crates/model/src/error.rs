@@ -17,6 +17,9 @@ pub enum ModelError {
     Io { path: String, source: std::io::Error },
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Cuda(#[from] peregrine_compute::cuda::CudaError),
 }
 
 impl ModelError {

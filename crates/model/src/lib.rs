@@ -6,6 +6,8 @@ mod error;
 pub mod gguf;
 pub mod hub;
 pub mod llama;
+#[cfg(feature = "cuda")]
+pub mod llama_cuda;
 pub mod load;
 pub mod source;
 pub mod storage;

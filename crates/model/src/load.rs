@@ -23,14 +23,20 @@ pub enum LoadFormat {
     Auto,
     /// Random weights in the given float format (`--load-format dummy`).
     Dummy(WeightFormat),
+    /// Config and tokenizer only, no weights on the host: a device backend makes its
+    /// own random weights (`--load-format dummy` with `--device cuda`).
+    ConfigOnly,
 }
 
 /// A model ready to run.
 pub struct Model {
     pub source: ModelSource,
     pub config: ModelConfig,
-    pub llama: Llama,
+    /// The CPU forward pass; `None` for `LoadFormat::ConfigOnly`.
+    pub llama: Option<Llama>,
     pub weights: WeightSet,
+    /// How Q/K rows pair up for RoPE in these weights (GGUF llama files: interleaved).
+    pub rope_style: RopeStyle,
     /// `None` for dummy models of a bare config.json. Shared: the engine's
     /// detokenizers and the server's request validation hold it too.
     pub tokenizer: Option<Arc<Tokenizer>>,
@@ -45,7 +51,9 @@ impl Model {
     pub fn load(spec: &str, format: LoadFormat) -> Result<Self, ModelError> {
         let source = resolve(spec).or_else(|e| match format {
             // A dummy model needs only a config: accept a config.json file too.
-            LoadFormat::Dummy(_) if Path::new(spec).is_file() && spec.ends_with(".json") => {
+            LoadFormat::Dummy(_) | LoadFormat::ConfigOnly
+                if Path::new(spec).is_file() && spec.ends_with(".json") =>
+            {
                 Ok(ModelSource::HfDir(Path::new(spec).parent().unwrap_or(Path::new(".")).to_path_buf()))
             }
             _ => Err(e),
@@ -62,6 +70,7 @@ impl Model {
         let weights = match format {
             LoadFormat::Auto => WeightSet::from_gguf(&f),
             LoadFormat::Dummy(wf) => WeightSet::dummy(&config, wf, 0)?,
+            LoadFormat::ConfigOnly => WeightSet::empty(),
         };
         // llama.cpp's converter permutes Q/K of llama-arch models into interleaved
         // RoPE pairs; qwen2 files keep the Hugging Face (NeoX) layout.
@@ -69,7 +78,7 @@ impl Model {
             Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
             Architecture::Qwen2 => RopeStyle::Neox,
         };
-        let llama = Llama::new(config.clone(), &weights, rope)?;
+        let llama = Self::cpu_forward(&config, &weights, rope, format)?;
         let tokenizer = Tokenizer::from_gguf(&f).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let eos_token_ids = tokenizer.eos_token_ids();
         Ok(Self {
@@ -77,6 +86,7 @@ impl Model {
             config,
             llama,
             weights,
+            rope_style: rope,
             tokenizer: Some(Arc::new(tokenizer)),
             eos_token_ids,
             gguf: Some(f),
@@ -90,8 +100,9 @@ impl Model {
         let weights = match format {
             LoadFormat::Auto => WeightSet::from_safetensors(&safetensors_files(dir)?, config.num_layers)?,
             LoadFormat::Dummy(wf) => WeightSet::dummy(&config, wf, 0)?,
+            LoadFormat::ConfigOnly => WeightSet::empty(),
         };
-        let llama = Llama::new(config.clone(), &weights, RopeStyle::Neox)?;
+        let llama = Self::cpu_forward(&config, &weights, RopeStyle::Neox, format)?;
         let tokenizer_path = dir.join("tokenizer.json");
         let tokenizer = if tokenizer_path.is_file() {
             let tc = dir.join("tokenizer_config.json");
@@ -112,7 +123,35 @@ impl Model {
                 eos_token_ids.push(id);
             }
         }
-        Ok(Self { source, config, llama, weights, tokenizer, eos_token_ids, gguf: None })
+        Ok(Self {
+            source,
+            config,
+            llama,
+            weights,
+            rope_style: RopeStyle::Neox,
+            tokenizer,
+            eos_token_ids,
+            gguf: None,
+        })
+    }
+
+    fn cpu_forward(
+        config: &ModelConfig,
+        weights: &WeightSet,
+        rope: RopeStyle,
+        format: LoadFormat,
+    ) -> Result<Option<Llama>, ModelError> {
+        match format {
+            LoadFormat::ConfigOnly => Ok(None),
+            _ => Ok(Some(Llama::new(config.clone(), weights, rope)?)),
+        }
+    }
+
+    /// The CPU forward pass, or an error for a model loaded without host weights.
+    pub fn llama(&self) -> Result<&Llama, ModelError> {
+        self.llama.as_ref().ok_or_else(|| {
+            ModelError::Unsupported("this model was loaded without host weights (config only)".into())
+        })
     }
 
     /// The tokenizer, or an error saying this model has none.

@@ -146,6 +146,11 @@ impl WeightSet {
         Ok(Self { tensors, description: format!("safetensors ({} files)", files.len()) })
     }
 
+    /// No tensors (a model loaded for its config alone).
+    pub fn empty() -> Self {
+        Self { tensors: HashMap::new(), description: "none (config only)".into() }
+    }
+
     /// Random weights for `cfg` (`--load-format dummy`): matrices N(0, 0.02²) in
     /// `format` (F32, F16 or BF16), norms 1, biases 0. Deterministic for a seed.
     pub fn dummy(cfg: &ModelConfig, format: WeightFormat, seed: u64) -> Result<Self, ModelError> {

@@ -179,10 +179,11 @@ fn a_flat_batch_of_two_sequences_equals_each_alone() {
     let positions: Vec<usize> = (0..b.len()).chain(0..a.len()).collect();
     let seq: Vec<usize> = std::iter::repeat_n(1, b.len()).chain(std::iter::repeat_n(0, a.len())).collect();
     // Block size 4, blocks scattered and out of order: b owns 6, 1, 3; a owns 0, 5.
-    let mut kv = model.llama.new_kv_pool(8, 4, KvDtype::F32);
+    let mut kv = model.llama().unwrap().new_kv_pool(8, 4, KvDtype::F32);
     let (table_a, table_b) = ([0u32, 5], [6u32, 1, 3]);
     let both = model
-        .llama
+        .llama()
+        .unwrap()
         .forward(
             &cpu,
             &Batch {
@@ -218,12 +219,12 @@ fn forward_one(
         block_tables: &[table],
         logits_for,
     };
-    model.llama.forward(cpu, &batch, kv).unwrap()
+    model.llama().unwrap().forward(cpu, &batch, kv).unwrap()
 }
 
 /// A pool of 16-token blocks holding one sequence of `n` tokens, and its block table
 /// (blocks handed out in reverse so the table is not the identity).
 fn pool_for(model: &Model, n: usize) -> (KvPool, Vec<u32>) {
     let blocks = n.div_ceil(16);
-    (model.llama.new_kv_pool(blocks, 16, KvDtype::F32), (0..blocks as u32).rev().collect())
+    (model.llama().unwrap().new_kv_pool(blocks, 16, KvDtype::F32), (0..blocks as u32).rev().collect())
 }
