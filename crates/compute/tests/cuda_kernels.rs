@@ -11,17 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 fn gpu() -> Option<Gpu> {
-    match cuda::device_count() {
-        Ok(n) if n > 0 => Some(Gpu::new(0).expect("a GPU is present, so the backend must start")),
-        Ok(_) => {
-            eprintln!("SKIPPED: no CUDA device");
-            None
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: {e}");
-            None
-        }
-    }
+    cuda::gpu_or_skip()
 }
 
 fn random(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {

@@ -56,6 +56,43 @@ pub struct Batch<'a> {
     pub logits_for: &'a [usize],
 }
 
+impl Batch<'_> {
+    /// Checks the batch against a vocabulary and a pool of `num_blocks` blocks of
+    /// `block_size` (every backend runs this before its forward pass).
+    pub fn check(&self, vocab_size: usize, num_blocks: usize, block_size: usize) -> Result<(), ModelError> {
+        let (b, n) = (self, self.tokens.len());
+        let bad = |m: String| Err(ModelError::Config(format!("batch: {m}")));
+        if b.positions.len() != n || b.seq.len() != n {
+            return bad(format!(
+                "{n} tokens but {} positions and {} sequence ids",
+                b.positions.len(),
+                b.seq.len()
+            ));
+        }
+        if let Some(&t) = b.tokens.iter().find(|&&t| t as usize >= vocab_size) {
+            return bad(format!("token id {t} is outside the vocabulary of {vocab_size}"));
+        }
+        if let Some(&s) = b.seq.iter().find(|&&s| s >= b.block_tables.len()) {
+            return bad(format!("sequence index {s} but only {} block tables", b.block_tables.len()));
+        }
+        for (s, table) in b.block_tables.iter().enumerate() {
+            if let Some(&blk) = table.iter().find(|&&blk| blk as usize >= num_blocks) {
+                return bad(format!("block {blk} of sequence {s} is outside the pool of {num_blocks}"));
+            }
+        }
+        for (&s, &pos) in b.seq.iter().zip(b.positions) {
+            let blocks = b.block_tables[s].len();
+            if pos / block_size >= blocks {
+                return bad(format!("position {pos} of sequence {s} is beyond its {blocks} blocks"));
+            }
+        }
+        if let Some(&i) = b.logits_for.iter().find(|&&i| i >= n) {
+            return bad(format!("logits requested for token {i} of {n}"));
+        }
+        Ok(())
+    }
+}
+
 impl Llama {
     /// Builds the model from llama.cpp-named weights. `rope_style` is Interleaved
     /// for GGUF llama files (Q/K rows permuted by the converter), Neox otherwise.
@@ -198,44 +235,15 @@ impl Llama {
     }
 
     fn check_batch(&self, b: &Batch<'_>, kv: &KvPool) -> Result<(), ModelError> {
-        let n = b.tokens.len();
-        let bad = |m: String| Err(ModelError::Config(format!("batch: {m}")));
-        if b.positions.len() != n || b.seq.len() != n {
-            return bad(format!(
-                "{n} tokens but {} positions and {} sequence ids",
-                b.positions.len(),
-                b.seq.len()
-            ));
-        }
-        if let Some(&t) = b.tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
-            return bad(format!("token id {t} is outside the vocabulary of {}", self.config.vocab_size));
-        }
         if kv.num_layers != self.config.num_layers || kv.kv_dim != self.kv_dim() {
-            return bad(format!(
-                "KV pool has {} layers × {} values per token, the model needs {} × {}",
+            return Err(ModelError::Config(format!(
+                "batch: KV pool has {} layers × {} values per token, the model needs {} × {}",
                 kv.num_layers,
                 kv.kv_dim,
                 self.config.num_layers,
                 self.kv_dim()
-            ));
+            )));
         }
-        if let Some(&s) = b.seq.iter().find(|&&s| s >= b.block_tables.len()) {
-            return bad(format!("sequence index {s} but only {} block tables", b.block_tables.len()));
-        }
-        for (s, table) in b.block_tables.iter().enumerate() {
-            if let Some(&blk) = table.iter().find(|&&blk| blk as usize >= kv.num_blocks) {
-                return bad(format!("block {blk} of sequence {s} is outside the pool of {}", kv.num_blocks));
-            }
-        }
-        for (&s, &pos) in b.seq.iter().zip(b.positions) {
-            let blocks = b.block_tables[s].len();
-            if pos / kv.block_size >= blocks {
-                return bad(format!("position {pos} of sequence {s} is beyond its {blocks} blocks"));
-            }
-        }
-        if let Some(&i) = b.logits_for.iter().find(|&&i| i >= n) {
-            return bad(format!("logits requested for token {i} of {n}"));
-        }
-        Ok(())
+        b.check(self.config.vocab_size, kv.num_blocks, kv.block_size)
     }
 }

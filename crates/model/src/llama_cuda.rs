@@ -331,7 +331,7 @@ impl CudaLlama {
         if let (true, Some(end)) = (decode, self.last_end) {
             self.times.host_s += (t0 - end).as_secs_f64();
         }
-        self.check_batch(batch, kv)?;
+        batch.check(self.config.vocab_size, kv.num_blocks, kv.block_size)?;
         if n == 0 {
             return Ok(Vec::new());
         }
@@ -436,37 +436,5 @@ impl CudaLlama {
         self.times.download_s += (t2 - t1).as_secs_f64();
         self.last_end = Some(t2);
         Ok(logits)
-    }
-
-    fn check_batch(&self, b: &Batch<'_>, kv: &CudaKvCache) -> Result<(), ModelError> {
-        let n = b.tokens.len();
-        let bad = |m: String| Err(ModelError::Config(format!("batch: {m}")));
-        if b.positions.len() != n || b.seq.len() != n {
-            return bad(format!(
-                "{n} tokens but {} positions and {} sequence ids",
-                b.positions.len(),
-                b.seq.len()
-            ));
-        }
-        if let Some(&t) = b.tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
-            return bad(format!("token id {t} is outside the vocabulary of {}", self.config.vocab_size));
-        }
-        if let Some(&s) = b.seq.iter().find(|&&s| s >= b.block_tables.len()) {
-            return bad(format!("sequence index {s} but only {} block tables", b.block_tables.len()));
-        }
-        for (s, table) in b.block_tables.iter().enumerate() {
-            if let Some(&blk) = table.iter().find(|&&blk| blk as usize >= kv.num_blocks) {
-                return bad(format!("block {blk} of sequence {s} is outside the pool of {}", kv.num_blocks));
-            }
-        }
-        for (&s, &pos) in b.seq.iter().zip(b.positions) {
-            if pos / kv.block_size >= b.block_tables[s].len() {
-                return bad(format!("position {pos} of sequence {s} is beyond its blocks"));
-            }
-        }
-        if let Some(&i) = b.logits_for.iter().find(|&&i| i >= n) {
-            return bad(format!("logits requested for token {i} of {n}"));
-        }
-        Ok(())
     }
 }

@@ -23,17 +23,7 @@ const STEPS: usize = 32;
 const BLOCK: usize = 16;
 
 fn gpu() -> Option<Gpu> {
-    match cuda::device_count() {
-        Ok(n) if n > 0 => Some(Gpu::new(0).expect("a GPU is present, so the backend must start")),
-        Ok(_) => {
-            eprintln!("SKIPPED: no CUDA device");
-            None
-        }
-        Err(e) => {
-            eprintln!("SKIPPED: {e}");
-            None
-        }
-    }
+    cuda::gpu_or_skip()
 }
 
 fn argmax(row: &[f32]) -> (usize, f32) {

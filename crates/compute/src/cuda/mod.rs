@@ -97,3 +97,19 @@ pub fn device_count() -> Result<usize, CudaError> {
     }
     Ok(CudaContext::device_count()? as usize)
 }
+
+/// For tests and checks: GPU 0, or `None` after printing `SKIPPED:` and the reason.
+/// Panics if a GPU is present but the backend cannot start on it (that is a failure).
+pub fn gpu_or_skip() -> Option<Gpu> {
+    match device_count() {
+        Ok(n) if n > 0 => Some(Gpu::new(0).expect("a GPU is present, so the backend must start")),
+        Ok(_) => {
+            eprintln!("SKIPPED: no CUDA device");
+            None
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            None
+        }
+    }
+}
