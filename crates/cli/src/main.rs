@@ -116,17 +116,14 @@ pub enum DummyDtype {
 
 impl ModelArgs {
     /// Resolves `--device`. `cuda` on a binary or machine without CUDA is an error that
-    /// says why; `auto` falls back to the CPU and logs the reason.
+    /// says why; `auto` falls back to the CPU.
     pub fn device(&self) -> anyhow::Result<Device> {
         match self.device {
             DeviceArg::Cpu => Ok(Device::Cpu),
             DeviceArg::Cuda => cuda_device().map_err(|why| anyhow::anyhow!("--device cuda: {why}")),
-            DeviceArg::Auto => Ok(cuda_device().unwrap_or_else(|why| {
-                if cfg!(feature = "cuda") {
-                    eprintln!("--device auto: using the CPU ({why})");
-                }
-                Device::Cpu
-            })),
+            // Silent fallback: the server's logs are JSON lines, and the plan line that
+            // every command prints already says the CPU (and its threads) is used.
+            DeviceArg::Auto => Ok(cuda_device().unwrap_or(Device::Cpu)),
         }
     }
 
