@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -80,19 +79,8 @@ const DEFAULT_RANDOM_OUTPUT_LEN: usize = 128;
 /// Loads the model and builds its engine on `--device` (on the CPU the KV cache is
 /// committed as it fills), as `generate` does.
 fn load(model: &ModelArgs, engine: &EngineArgs) -> Result<(Arc<Model>, Engine)> {
-    let t_load = Instant::now();
     let device = model.device()?;
-    let m = Arc::new(
-        Model::load(&model.model, model.load_format_for(device))
-            .with_context(|| format!("loading model {}", model.model))?,
-    );
-    eprintln!(
-        "loaded {} ({}, {} layers) in {:.2}s",
-        m.source.path().display(),
-        m.config.architecture.name(),
-        m.config.num_layers,
-        t_load.elapsed().as_secs_f64(),
-    );
+    let m = model.load_reporting(device)?;
     let (e, plan) = engine.build_on(m.clone(), device, model.threads, false)?;
     eprintln!("{plan}");
     Ok((m, e))

@@ -7,7 +7,7 @@ use anyhow::{anyhow, Result};
 use clap::Args;
 use peregrine_compute::cpu::{Cpu, KvDtype};
 use peregrine_engine::engine::{Engine, EngineConfig};
-use peregrine_engine::model_runner::{CpuModelRunner, KvCacheConfig};
+use peregrine_engine::model_runner::{CpuModelRunner, KvCacheConfig, ModelRunner};
 use peregrine_engine::scheduler::SchedulerConfig;
 use peregrine_engine::watermark::WatermarkConfig;
 use peregrine_model::load::Model;
@@ -109,19 +109,11 @@ impl EngineArgs {
         let plan = kv.plan(&model.config).map_err(|e| anyhow!("--kv-cache-memory: {e}"))?;
         let cpu = Cpu::new(threads);
         let threads = cpu.threads();
-        let config = self.engine_config();
         let mut runner = CpuModelRunner::new(model.clone(), cpu, plan, kv.dtype)?;
         if prefault {
             runner = runner.prefault();
         }
-        let engine = Engine::new(
-            Box::new(runner),
-            model.tokenizer.clone(),
-            model.eos_token_ids.clone(),
-            model.config.max_position_embeddings,
-            config,
-        )
-        .map_err(|e| anyhow!("{e}"))?;
+        let engine = self.engine(&model, Box::new(runner))?;
         let plan_line = format!(
             "KV cache: {} blocks × {} tokens = {} tokens ({}, {:.1} MiB); max model len {}; \
              prefix caching {}; {} CPU threads",
@@ -135,6 +127,18 @@ impl EngineArgs {
             threads
         );
         Ok((engine, plan_line))
+    }
+
+    /// The engine around `runner`, with these options and the model's tokenizer and eos ids.
+    fn engine(&self, model: &Model, runner: Box<dyn ModelRunner>) -> Result<Engine> {
+        Engine::new(
+            runner,
+            model.tokenizer.clone(),
+            model.eos_token_ids.clone(),
+            model.config.max_position_embeddings,
+            self.engine_config(),
+        )
+        .map_err(|e| anyhow!("{e}"))
     }
 
     fn engine_config(&self) -> EngineConfig {
@@ -170,14 +174,7 @@ impl EngineArgs {
         };
         let runner = CudaModelRunner::load(&model, &cfg).map_err(|e| anyhow!("{e}"))?;
         let line = runner.describe();
-        let engine = Engine::new(
-            Box::new(runner),
-            model.tokenizer.clone(),
-            model.eos_token_ids.clone(),
-            model.config.max_position_embeddings,
-            self.engine_config(),
-        )
-        .map_err(|e| anyhow!("{e}"))?;
+        let engine = self.engine(&model, Box::new(runner))?;
         let line = format!("{line}; max model len {}", engine.max_model_len());
         Ok((engine, line))
     }

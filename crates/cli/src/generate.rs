@@ -1,7 +1,6 @@
 //! `peregrine generate`: one prompt (or chat), streamed to stdout, speeds at the end.
 
 use std::io::Write;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -9,7 +8,6 @@ use clap::Args;
 use peregrine_engine::handle::EngineHandle;
 use peregrine_engine::request::{Event, GenerateRequest};
 use peregrine_engine::sampler::SamplingParams;
-use peregrine_model::load::Model;
 use serde_json::{json, Value};
 
 use crate::engine_args::EngineArgs;
@@ -98,19 +96,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if let Err(e) = params.validate() {
         bail!("{e}");
     }
-    let t_load = Instant::now();
     let device = args.model.device()?;
-    let model = Arc::new(
-        Model::load(&args.model.model, args.model.load_format_for(device))
-            .with_context(|| format!("loading model {}", args.model.model))?,
-    );
-    eprintln!(
-        "loaded {} ({}, {} layers) in {:.2}s",
-        model.source.path().display(),
-        model.config.architecture.name(),
-        model.config.num_layers,
-        t_load.elapsed().as_secs_f64(),
-    );
+    let model = args.model.load_reporting(device)?;
     let (engine, plan) = args.engine.build_on(model.clone(), device, args.model.threads, false)?;
     eprintln!("{plan}");
     let handle = EngineHandle::spawn(engine);

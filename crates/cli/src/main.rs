@@ -127,6 +127,26 @@ impl ModelArgs {
         }
     }
 
+    /// Loads the model for `device` and reports on stderr what was loaded and how long
+    /// it took (`generate`, `bench`).
+    pub fn load_reporting(
+        &self,
+        device: Device,
+    ) -> anyhow::Result<std::sync::Arc<peregrine_model::load::Model>> {
+        use anyhow::Context;
+        let t_load = std::time::Instant::now();
+        let model = peregrine_model::load::Model::load(&self.model, self.load_format_for(device))
+            .with_context(|| format!("loading model {}", self.model))?;
+        eprintln!(
+            "loaded {} ({}, {} layers) in {:.2}s",
+            model.source.path().display(),
+            model.config.architecture.name(),
+            model.config.num_layers,
+            t_load.elapsed().as_secs_f64(),
+        );
+        Ok(std::sync::Arc::new(model))
+    }
+
     /// The load format for `device`: dummy weights on a GPU are made there, so the
     /// host loads the config alone.
     pub fn load_format_for(&self, device: Device) -> LoadFormat {

@@ -6,13 +6,9 @@
 
 use half::bf16;
 use peregrine_compute::cpu::{self, RopeStyle, RopeTable};
-use peregrine_compute::cuda::{self, CudaLibrary, DeviceBuffer, Gpu};
+use peregrine_compute::cuda::{self, CudaLibrary, DeviceBuffer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-fn gpu() -> Option<Gpu> {
-    cuda::gpu_or_skip()
-}
 
 fn random(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * scale).collect()
@@ -55,7 +51,7 @@ fn kernels_compile_to_ptx() {
 
 #[test]
 fn gemm_matches_cpu() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = cuda::gpu_or_skip() else { return };
     let mut rng = StdRng::seed_from_u64(1);
     for &(n, out, inp) in &[(1, 64, 64), (7, 300, 576), (33, 1536, 576), (128, 512, 4096)] {
         let x = rounded(&random(&mut rng, n * inp, 1.0));
@@ -80,7 +76,7 @@ fn gemm_matches_cpu() {
 
 #[test]
 fn embedding_norm_silu_gather_match_cpu() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = cuda::gpu_or_skip() else { return };
     let mut rng = StdRng::seed_from_u64(2);
     for &(n, d, vocab, ff) in &[(1, 64, 100, 96), (5, 576, 1000, 1536), (37, 4096, 300, 14336)] {
         // embedding
@@ -139,7 +135,7 @@ fn embedding_norm_silu_gather_match_cpu() {
 
 #[test]
 fn argmax_and_dummy_fill() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = cuda::gpu_or_skip() else { return };
     let mut rng = StdRng::seed_from_u64(3);
     let (m, vocab) = (5, 49_152);
     let logits = random(&mut rng, m * vocab, 10.0);
@@ -191,7 +187,7 @@ impl Paged {
 
 #[test]
 fn rope_kv_write_and_paged_attention_match_cpu() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = cuda::gpu_or_skip() else { return };
     let mut rng = StdRng::seed_from_u64(4);
     // (heads, kv heads, head dim, block size, sequence lengths, interleaved, bias)
     type Case<'a> = (usize, usize, usize, usize, &'a [usize], bool, bool);

@@ -122,20 +122,12 @@ pub struct CudaLlama {
     ws: Workspace,
 }
 
-/// A host tensor as bf16 rows (bf16 files are copied as they are; others dequantized).
+/// A host tensor as bf16 (bf16 files are copied as they are; others dequantized).
 fn host_bf16(t: &Tensor) -> Vec<bf16> {
     if t.format == WeightFormat::BF16 {
         return t.bytes().chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]])).collect();
     }
-    let m = t.matrix();
-    let cols = *t.shape.last().unwrap_or(&1);
-    let mut row = vec![0f32; cols];
-    let mut out = Vec::with_capacity(t.n_elements());
-    for r in 0..t.n_elements() / cols.max(1) {
-        m.dequantize_row_into(r, &mut row);
-        out.extend(row.iter().map(|&v| bf16::from_f32(v)));
-    }
-    out
+    t.to_f32().into_iter().map(bf16::from_f32).collect()
 }
 
 impl CudaLlama {

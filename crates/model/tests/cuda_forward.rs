@@ -22,10 +22,6 @@ use peregrine_model::weights::WeightSet;
 const STEPS: usize = 32;
 const BLOCK: usize = 16;
 
-fn gpu() -> Option<Gpu> {
-    cuda::gpu_or_skip()
-}
-
 fn argmax(row: &[f32]) -> (usize, f32) {
     let mut idx: Vec<usize> = (0..row.len()).collect();
     idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
@@ -145,7 +141,7 @@ fn check(name: &str, gpu: &Gpu, config: &ModelConfig, weights: &WeightSet, llama
 }
 
 fn check_file(name: &str, path: PathBuf) {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = cuda::gpu_or_skip() else { return };
     if !path.exists() {
         eprintln!("SKIPPED {name}: {} not found", path.display());
         return;
@@ -171,7 +167,7 @@ fn tiny_qwen2_gpu_matches_cpu() {
 
 #[test]
 fn tiny_random_llama_gpu_matches_cpu() {
-    let Some(gpu) = gpu() else { return };
+    let Some(gpu) = cuda::gpu_or_skip() else { return };
     let config = ModelConfig {
         architecture: Architecture::Llama,
         hidden_size: 256,
